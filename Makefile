@@ -1,0 +1,79 @@
+# veritap — the two commands are `make demo` and `make test`; everything else
+# here is what they need. Both create .venv and install into it when missing.
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip
+STAMP := $(VENV)/.veritap-installed
+# CPU torch: this machine's pip finds the wheel through its configured
+# find-links; elsewhere it comes from PyTorch's CPU index (TORCH_INDEX).
+TORCH := torch==2.13.0+cpu
+TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
+# Debian packages the tests use: tshark (capture benchmark), prometheus
+# (metrics scrape test), libsystemd-dev + pkg-config (systemd-python),
+# ethtool and iproute2 (mirror-port simulation).
+APT_PACKAGES := tshark prometheus libsystemd-dev pkg-config ethtool iproute2 tcpdump
+PROTO_SRC := $(wildcard protos/veritap/v1/*.proto)
+PROTOC := $(PY) -m grpc_tools.protoc -I protos --python_out=OUT --grpc_python_out=OUT --mypy_out=OUT --mypy_grpc_out=OUT
+
+.PHONY: help install system-deps test lint typecheck proto proto-check pytest demo bench clean
+
+help:
+	@echo "make demo   run the whole pair live on loopback and catch a dishonest prover"
+	@echo "make test   lint, type-check, check generated code, run the tests"
+	@echo "make proto  regenerate protos/veritap/v1/*_pb2*.py{,i}"
+	@echo "make bench  run the benchmarks under bench/"
+
+install: $(STAMP)
+
+system-deps:
+	@missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ]; then \
+	    echo "installing Debian packages:$$missing"; \
+	    apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q $$missing >/dev/null; \
+	  else echo "missing Debian packages (install them as root):$$missing"; fi; \
+	fi
+
+$(STAMP): pyproject.toml | system-deps
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	$(PIP) install -q "$(TORCH)" || $(PIP) install -q --extra-index-url $(TORCH_INDEX) "$(TORCH)"
+	$(PIP) install -q -e ".[cpu,dev,systemd]"
+	# PyPI's CUDA builds of these fail to import beside CPU torch and break transformers.
+	$(PIP) uninstall -q -y torchvision torchaudio torchcodec || true
+	touch $(STAMP)
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+typecheck: $(STAMP)
+	$(VENV)/bin/mypy
+
+proto: $(STAMP)
+	$(subst OUT,protos,$(PROTOC)) $(PROTO_SRC)
+
+# Regenerate into a scratch folder and fail when anything differs.
+proto-check: $(STAMP)
+	tmp=$$(mktemp -d); trap 'rm -rf $$tmp' EXIT; \
+	$(subst OUT,$$tmp,$(PROTOC)) $(PROTO_SRC); \
+	diff -r -x __init__.py -x __pycache__ -x '*.proto' protos/veritap/v1 $$tmp/veritap/v1 \
+	  || { echo "generated code is stale: run 'make proto' and commit"; exit 1; }
+
+pytest: $(STAMP)
+	$(PY) -m pytest -q
+
+test: lint typecheck proto-check pytest
+
+demo: $(STAMP)
+	$(PY) -m verifierd.demo
+
+bench: $(STAMP)
+	for b in bench/*.py; do $(PY) $$b; done
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis

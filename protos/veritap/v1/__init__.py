@@ -1,0 +1,1 @@
+"""Generated protobuf and gRPC modules for veritap.v1 (run `make proto`)."""
