@@ -1,0 +1,1 @@
+"""Subcommands of the `collector` CLI, one module each (see collector/cli.py)."""

@@ -1,0 +1,1 @@
+"""Subcommands of the `verifierd` CLI, one module each (see verifierd/cli.py)."""
