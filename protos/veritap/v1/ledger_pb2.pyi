@@ -496,3 +496,64 @@ class GetStatusResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___GetStatusResponse: _TypeAlias = GetStatusResponse  # noqa: Y015
+
+@_typing.final
+class IntakeEvidence(_message.Message):
+    """What a verifier keeps when it stops intake from a collector, so that anyone
+    holding the collector's public key can check the claim later.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ORIGIN_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    DETAIL_FIELD_NUMBER: _builtins.int
+    CHECKPOINTS_FIELD_NUMBER: _builtins.int
+    ENTRIES_FIELD_NUMBER: _builtins.int
+    CURSOR_SEQ_FIELD_NUMBER: _builtins.int
+    CURSOR_HASH_FIELD_NUMBER: _builtins.int
+    DETECTED_AT_NS_FIELD_NUMBER: _builtins.int
+    REMOTE_HASH_FIELD_NUMBER: _builtins.int
+    origin: _builtins.str
+    reason: _builtins.str
+    """"fork", "rollback", "gap", "bad_hash", "bad_signature", "bad_root",
+    "bad_entry", "origin_mismatch".
+    """
+    detail: _builtins.str
+    """One line a person can read."""
+    cursor_seq: _builtins.int
+    """The verifier's cursor when it stopped: last stored seq and its hash."""
+    cursor_hash: _builtins.bytes
+    detected_at_ns: _builtins.int
+    remote_hash: _builtins.bytes
+    """The collector's leaf hash at cursor_seq, when it answered a proof request."""
+    @_builtins.property
+    def checkpoints(self) -> _containers.RepeatedCompositeFieldContainer[_log_pb2.Checkpoint]:
+        """Signed checkpoints: the last one this verifier verified, and the
+        collector's conflicting one when there is one.
+        """
+
+    @_builtins.property
+    def entries(self) -> _containers.RepeatedCompositeFieldContainer[Global___StreamedEntry]:
+        """The offending entries as received (or as the verifier stored them)."""
+
+    def __init__(
+        self,
+        *,
+        origin: _builtins.str = ...,
+        reason: _builtins.str = ...,
+        detail: _builtins.str = ...,
+        checkpoints: _abc.Iterable[_log_pb2.Checkpoint] | None = ...,
+        entries: _abc.Iterable[Global___StreamedEntry] | None = ...,
+        cursor_seq: _builtins.int = ...,
+        cursor_hash: _builtins.bytes = ...,
+        detected_at_ns: _builtins.int = ...,
+        remote_hash: _builtins.bytes = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["checkpoints", b"checkpoints", "cursor_hash", b"cursor_hash", "cursor_seq", b"cursor_seq", "detail", b"detail", "detected_at_ns", b"detected_at_ns", "entries", b"entries", "origin", b"origin", "reason", b"reason", "remote_hash", b"remote_hash"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___IntakeEvidence: _TypeAlias = IntakeEvidence  # noqa: Y015
