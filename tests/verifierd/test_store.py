@@ -1,0 +1,215 @@
+"""verifierd's LMDB store: exactly-once intake, the queue, verdicts, settings, alerts."""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from veritap.v1 import log_pb2, verifier_pb2
+
+from verifierd.store import (
+    Enqueue,
+    Retry,
+    SequenceGapError,
+    Store,
+    StoreError,
+    VerdictWrite,
+)
+
+CID = "ab" * 32
+CID2 = "cd" * 32
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[Store]:
+    s = Store.open(tmp_path / "store")
+    yield s
+    s.close()
+
+
+def entries(first: int, last: int, origin: str = "edge") -> list[tuple[int, bytes, bytes]]:
+    out = []
+    for seq in range(first, last + 1):
+        envelope = f"{origin}/{seq}".encode()
+        out.append((seq, envelope, hashlib.sha256(b"\x00" + envelope).digest()))
+    return out
+
+
+def verdict(origin: str, seq: int, status: int, decided_at_ns: int = 1) -> VerdictWrite:
+    v = verifier_pb2.Verdict(
+        record_id=f"R{seq}", origin=origin, seq=seq, status=status, decided_at_ns=decided_at_ns
+    )
+    signed = verifier_pb2.SignedVerdict(verdict=v.SerializeToString(), signature=b"s" * 64)
+    return VerdictWrite(origin, seq, f"R{seq}", signed, v)
+
+
+def test_new_origin_cursor(store: Store) -> None:
+    cursor = store.cursor("edge")
+    assert (cursor.seq, cursor.hash, cursor.checkpoint) == (0, bytes(32), None)
+
+
+def test_ingest_advances_cursor_and_queues(store: Store) -> None:
+    batch = entries(1, 5)
+    checkpoint = log_pb2.Checkpoint(origin="edge", tree_size=5, root_hash=b"r" * 32)
+    store.ingest("edge", batch, checkpoint=checkpoint)
+    cursor = store.cursor("edge")
+    assert (cursor.seq, cursor.hash) == (5, batch[-1][2])
+    assert cursor.checkpoint == checkpoint
+    store.ingest("edge", entries(6, 7))
+    assert store.cursor("edge").checkpoint == checkpoint
+    assert [(e.origin, e.seq) for e in store.inbox(10)] == [("edge", s) for s in range(1, 8)]
+    stored = store.entry("edge", 3)
+    assert stored is not None and stored.envelope == b"edge/3"
+    assert store.counts().entries == 7
+    assert store.origins() == ["edge"]
+
+
+def test_ingest_refuses_gaps_and_repeats_atomically(store: Store) -> None:
+    store.ingest("edge", entries(1, 3))
+    with pytest.raises(SequenceGapError):
+        store.ingest("edge", entries(5, 6))
+    with pytest.raises(SequenceGapError):
+        store.ingest("edge", entries(3, 4))
+    with pytest.raises(SequenceGapError):
+        store.ingest("edge", [*entries(4, 5), *entries(7, 7)])
+    assert store.cursor("edge").seq == 3
+    assert store.entry("edge", 4) is None
+    with pytest.raises(StoreError, match="past seq"):
+        store.ingest("edge", [], checkpoint=log_pb2.Checkpoint(tree_size=9))
+
+
+def test_hash_only_entries_advance_but_are_not_queued(store: Store) -> None:
+    store.ingest("edge", [(1, b"", b"h" * 32), *entries(2, 2)])
+    assert store.cursor("edge").seq == 2
+    assert [e.seq for e in store.inbox(10)] == [2]
+
+
+def test_origins_are_independent(store: Store) -> None:
+    store.ingest("a", entries(1, 2, "a"))
+    store.ingest("b", entries(1, 1, "b"))
+    assert store.cursor("a").seq == 2 and store.cursor("b").seq == 1
+
+
+def test_classify_then_finish_gives_one_verdict(store: Store) -> None:
+    store.ingest("edge", entries(1, 3))
+    pass_ = verifier_pb2.VERDICT_STATUS_PASS
+    skipped = verifier_pb2.VERDICT_STATUS_SKIPPED
+    store.classify(
+        [
+            Enqueue("edge", 1, "R1", CID),
+            verdict("edge", 2, skipped),
+            Enqueue("edge", 3, "R3", CID2),
+        ]
+    )
+    assert store.inbox(10) == []
+    assert store.counts().pending == 2
+    assert [(b.commitment_id, b.pending) for b in store.backlog()] == [(CID, 1), (CID2, 1)]
+    [item] = store.take_pending(CID, 10, now_ns=0)
+    assert (item.origin, item.seq, item.attempts) == ("edge", 1, 0)
+    seen: list[int] = []
+    store.add_verdict_listener(lambda vs: seen.extend(v.seq for v in vs))
+    assert store.finish([(item.key, verdict("edge", 1, pass_))]) == 1
+    assert store.finish([(item.key, verdict("edge", 1, verifier_pb2.VERDICT_STATUS_FAIL))]) == 0
+    assert seen == [1]
+    stored = store.verdict("edge", 1)
+    assert stored is not None and stored.verdict.status == pass_
+    assert store.take_pending(CID, 10, now_ns=0) == []
+    assert store.verdict_counts() == {"VERDICT_STATUS_PASS": 1, "VERDICT_STATUS_SKIPPED": 1}
+    assert [v.seq for v in store.verdicts_for_record("R2")] == [2]
+    assert store.record_location("R3") == ("edge", 3)
+    assert store.record_location("R9") is None
+    store.classify([Enqueue("edge", 2, "R2", CID)])
+    assert store.counts().pending == 1
+
+
+def test_retries_back_off_and_count_attempts(store: Store) -> None:
+    store.ingest("edge", entries(1, 2))
+    store.classify([Enqueue("edge", 1, "R1", CID), Enqueue("edge", 2, "R2", CID)])
+    first, second = store.take_pending(CID, 10, now_ns=0)
+    store.finish([], [Retry(first.key, not_before_ns=1000, error="engine crashed")])
+    assert [i.seq for i in store.take_pending(CID, 10, now_ns=999)] == [2]
+    [again, _] = store.take_pending(CID, 10, now_ns=1000)
+    assert (again.attempts, again.last_error, again.not_before_ns) == (1, "engine crashed", 1000)
+    assert store.take_pending(CID, 1, now_ns=999) == [second]
+
+
+def test_list_verdicts_pages_in_time_order(store: Store) -> None:
+    store.ingest("edge", entries(1, 7))
+    store.classify(
+        [
+            verdict("edge", s, verifier_pb2.VERDICT_STATUS_SKIPPED, decided_at_ns=100 + s)
+            for s in range(1, 8)
+        ]
+    )
+    pages, token = [], b""
+    while True:
+        page, token = store.list_verdicts(limit=3, after=token, accept=lambda v: v.seq != 4)
+        pages.append([v.seq for v in page])
+        if not token:
+            break
+    assert pages == [[1, 2, 3], [5, 6, 7]]
+    window, _ = store.list_verdicts(from_ns=103, to_ns=105)
+    assert [v.seq for v in window] == [3, 4, 5]
+
+
+def test_difr_override_is_audited(store: Store) -> None:
+    first = verifier_pb2.DifrSettings(threshold=0.1, delta_max=5, sample_rate=1)
+    second = verifier_pb2.DifrSettings(threshold=0.2, delta_max=5, sample_rate=0.5)
+    assert store.set_difr_override(CID, first, actor="admin@tui") is None
+    assert store.set_difr_override(CID, second, actor="admin@tui") == first
+    assert store.difr_override(CID) == second
+    events = store.audit_log()
+    assert [e.actor for e in events] == ["admin@tui", "admin@tui"]
+    assert '"sample_rate": 0.5' in events[1].detail
+
+
+def test_alerts(store: Store) -> None:
+    store.set_alert("edge", "fork", b"note-a\x00note-b")
+    [alert] = store.alerts()
+    assert (alert.origin, alert.reason, alert.evidence) == ("edge", "fork", b"note-a\x00note-b")
+
+
+def test_reopen_keeps_everything(tmp_path: Path) -> None:
+    store = Store.open(tmp_path / "s")
+    store.ingest("edge", entries(1, 4))
+    store.classify([Enqueue("edge", 1, "R1", CID)])
+    store.set_difr_override(CID, verifier_pb2.DifrSettings(threshold=1), actor="a")
+    store.close()
+    store = Store.open(tmp_path / "s")
+    assert store.cursor("edge").seq == 4
+    assert len(store.inbox(10)) == 3
+    assert len(store.take_pending(CID, 10, now_ns=0)) == 1
+    store.set_difr_override(CID, verifier_pb2.DifrSettings(threshold=2), actor="b")
+    assert len(store.audit_log()) == 2
+    store.close()
+
+
+def test_map_grows_when_full(tmp_path: Path) -> None:
+    store = Store.open(tmp_path / "s", map_size=256 * 1024)
+    big = [(s, bytes([s % 256]) * 20_000, bytes(32)) for s in range(1, 101)]
+    for start in range(0, 100, 10):
+        store.ingest("edge", big[start : start + 10])
+    assert store.cursor("edge").seq == 100
+    assert store.counts().inbox == 100
+    store.close()
+
+
+@settings(max_examples=25, deadline=None)
+@given(cuts=st.lists(st.integers(1, 29), max_size=8, unique=True))
+def test_any_batching_gives_the_same_store(
+    tmp_path_factory: pytest.TempPathFactory, cuts: list[int]
+) -> None:
+    all_entries = entries(1, 30)
+    bounds = [0, *sorted(cuts), 30]
+    store = Store.open(tmp_path_factory.mktemp("s"))
+    for a, b in itertools.pairwise(bounds):
+        store.ingest("edge", all_entries[a:b])
+    assert store.cursor("edge").hash == all_entries[-1][2]
+    assert [e.seq for e in store.inbox(100)] == list(range(1, 31))
+    assert store.counts().entries == 30
+    store.close()

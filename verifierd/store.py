@@ -1,0 +1,723 @@
+"""verifierd's LMDB store: intake entries, the work queue, verdicts, settings, audit log.
+
+One LMDB environment with named databases (``ekey`` = origin UTF-8, NUL, seq as
+8 bytes big-endian; ``cid`` = commitment id as 32 raw bytes):
+
+=============  ===========================================  ==========================
+database       key                                          value
+=============  ===========================================  ==========================
+entries        ekey                                         entry hash (32) ‖ envelope
+cursors        origin                                       seq (8) ‖ hash (32) ‖ checkpoint
+inbox          ekey                                         (empty): not yet classified
+pending        cid ‖ order (8)                              a packed :class:`PendingItem`
+verdicts       ekey                                         SignedVerdict bytes
+by_record      record id ‖ NUL ‖ ekey                       (empty)
+by_time        decided_at_ns (8) ‖ ekey                     (empty)
+counters       name                                         u64
+settings       commitment id (hex)                          DifrSettings bytes
+audit          at_ns (8) ‖ number (8)                       AuditEvent JSON
+alerts         origin                                       at_ns (8) ‖ reason ‖ NUL ‖ evidence
+=============  ===========================================  ==========================
+
+Exactly-once rules, each one transaction: :meth:`Store.ingest` writes entries,
+their inbox items and the origin's cursor together, so after a crash intake
+resumes from the cursor and nothing is stored twice or lost. :meth:`classify`
+moves inbox items to ``pending`` or to a terminal verdict; :meth:`finish`
+writes verdicts and deletes their pending items. A verdict is put with
+``overwrite=False`` and only while its queue item still exists, so a record
+never gets two.
+
+Every transaction goes through :class:`Store`, which grows the map when LMDB
+reports it full (waiting for this process's readers to finish first, as LMDB
+requires).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import struct
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import lmdb
+from veritap.v1 import log_pb2, verifier_pb2
+
+from verifierd.errors import VerifierdError
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+_FORMAT_VERSION = b"1"
+_ZERO_HASH = bytes(32)
+_U64 = struct.Struct(">Q")
+_PENDING = struct.Struct(">IQQH")
+_DBS = (
+    "meta",
+    "entries",
+    "cursors",
+    "inbox",
+    "pending",
+    "verdicts",
+    "by_record",
+    "by_time",
+    "counters",
+    "settings",
+    "audit",
+    "alerts",
+)
+
+
+class StoreError(VerifierdError):
+    """The store refused an operation (bad sequence, unknown key, wrong format)."""
+
+
+class SequenceGapError(StoreError):
+    """An ingest batch does not continue the origin's cursor contiguously."""
+
+
+def ekey(origin: str, seq: int) -> bytes:
+    """Key of one log entry: origin, NUL, seq big-endian (sorts by origin, then seq)."""
+    return origin.encode() + b"\x00" + _U64.pack(seq)
+
+
+def split_ekey(key: bytes) -> tuple[str, int]:
+    return key[:-9].decode(), _U64.unpack(key[-8:])[0]
+
+
+@dataclass(frozen=True)
+class Cursor:
+    """How far intake from one origin got: the last stored seq and its entry hash."""
+
+    seq: int
+    hash: bytes
+    #: The latest verified checkpoint from that origin, when one was stored.
+    checkpoint: log_pb2.Checkpoint | None = None
+
+
+@dataclass(frozen=True)
+class StoredEntry:
+    origin: str
+    seq: int
+    entry_hash: bytes
+    #: The log Entry bytes verbatim (empty for an entry received as a hash only).
+    envelope: bytes
+
+
+@dataclass(frozen=True)
+class PendingItem:
+    """A record selected for recomputation, waiting for its commitment's engine."""
+
+    #: Opaque queue position; pass it back to :meth:`Store.finish`.
+    key: bytes
+    commitment_id: str
+    origin: str
+    seq: int
+    attempts: int
+    not_before_ns: int
+    enqueued_ns: int
+    last_error: str
+
+
+@dataclass(frozen=True)
+class Enqueue:
+    """Classification result: recompute this record with ``commitment_id``'s engine."""
+
+    origin: str
+    seq: int
+    record_id: str
+    commitment_id: str
+
+
+@dataclass(frozen=True)
+class VerdictWrite:
+    """A terminal verdict to store for (origin, seq)."""
+
+    origin: str
+    seq: int
+    record_id: str
+    signed: verifier_pb2.SignedVerdict
+    verdict: verifier_pb2.Verdict
+
+
+@dataclass(frozen=True)
+class Retry:
+    """An engine failure: try again at ``not_before_ns``."""
+
+    key: bytes
+    not_before_ns: int
+    error: str
+
+
+@dataclass(frozen=True)
+class StoredVerdict:
+    origin: str
+    seq: int
+    signed: verifier_pb2.SignedVerdict
+    verdict: verifier_pb2.Verdict
+
+
+@dataclass(frozen=True)
+class Backlog:
+    commitment_id: str
+    pending: int
+    oldest_enqueued_ns: int
+
+
+@dataclass(frozen=True)
+class Alert:
+    origin: str
+    reason: str
+    evidence: bytes
+    at_ns: int
+
+
+@dataclass(frozen=True)
+class AuditEvent:
+    at_ns: int
+    actor: str
+    action: str
+    #: What changed, as canonical JSON.
+    detail: str
+
+
+@dataclass(frozen=True)
+class Counts:
+    entries: int
+    inbox: int
+    pending: int
+    verdicts: int
+
+
+class _ResizeGate:
+    """Readers share the environment; a map resize waits until none is inside."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._readers = 0
+        self._resizing = False
+
+    @contextmanager
+    def reading(self) -> Iterator[None]:
+        with self._cond:
+            while self._resizing:
+                self._cond.wait()
+            self._readers += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._readers -= 1
+                self._cond.notify_all()
+
+    @contextmanager
+    def exclusive(self) -> Iterator[None]:
+        with self._cond:
+            self._resizing = True
+            while self._readers:
+                self._cond.wait()
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._resizing = False
+                self._cond.notify_all()
+
+
+class Store:
+    """verifierd's store. Thread-safe; open one per process (LMDB's rule)."""
+
+    def __init__(self, env: lmdb.Environment) -> None:
+        self._env = env
+        self._dbs = {name: env.open_db(name.encode()) for name in _DBS}
+        self._write_lock = threading.Lock()
+        self._gate = _ResizeGate()
+        self._listeners: list[Callable[[Sequence[StoredVerdict]], None]] = []
+        self._audit_number = 0
+
+    @classmethod
+    def open(cls, path: Path, *, map_size: int = 1 << 30, readonly: bool = False) -> Store:
+        if not readonly:
+            path.mkdir(parents=True, exist_ok=True)
+        env = lmdb.open(
+            str(path),
+            map_size=map_size,
+            max_dbs=len(_DBS),
+            readonly=readonly,
+            sync=True,
+            metasync=True,
+        )
+        if not readonly:
+            env.reader_check()
+        store = cls(env)
+        if not readonly:
+            store._check_format()
+        return store
+
+    def close(self) -> None:
+        self._env.close()
+
+    def _check_format(self) -> None:
+        def check(txn: lmdb.Transaction) -> None:
+            meta = self._dbs["meta"]
+            found = txn.get(b"format", db=meta)
+            if found is None:
+                txn.put(b"format", _FORMAT_VERSION, db=meta)
+            elif found != _FORMAT_VERSION:
+                raise StoreError(
+                    f"store format {found!r}, this verifierd reads {_FORMAT_VERSION!r}"
+                )
+            last = txn.cursor(db=self._dbs["audit"])
+            if last.last():
+                self._audit_number = _U64.unpack(last.key()[8:])[0]
+
+        self._write(check)
+
+    # -- transactions -------------------------------------------------------------------
+
+    def _write(self, body: Callable[[lmdb.Transaction], T]) -> T:
+        with self._write_lock:
+            while True:
+                try:
+                    with self._gate.reading(), self._env.begin(write=True) as txn:
+                        return body(txn)
+                except lmdb.MapFullError:
+                    with self._gate.exclusive():
+                        size = self._env.info()["map_size"] * 2
+                        self._env.set_mapsize(size)
+                    log.info("store map grown", extra={"map_size": size})
+
+    @contextmanager
+    def _read(self) -> Iterator[lmdb.Transaction]:
+        with self._gate.reading(), self._env.begin(write=False) as txn:
+            yield txn
+
+    def _incr(self, txn: lmdb.Transaction, name: str, delta: int) -> None:
+        db = self._dbs["counters"]
+        raw = txn.get(name.encode(), db=db)
+        value = (_U64.unpack(raw)[0] if raw else 0) + delta
+        if value < 0:
+            raise StoreError(f"counter {name} would go negative")
+        txn.put(name.encode(), _U64.pack(value), db=db)
+
+    def _counter(self, txn: lmdb.Transaction, name: str) -> int:
+        raw = txn.get(name.encode(), db=self._dbs["counters"])
+        return _U64.unpack(raw)[0] if raw else 0
+
+    # -- intake -------------------------------------------------------------------------
+
+    def ingest(
+        self,
+        origin: str,
+        entries: Sequence[tuple[int, bytes, bytes]],
+        *,
+        checkpoint: log_pb2.Checkpoint | None = None,
+    ) -> None:
+        """Store (seq, envelope, entry hash) entries continuing ``origin``'s cursor, queue
+        them for classification and advance the cursor, all in one transaction.
+
+        An empty envelope is an entry received as its hash only (filtered out by model):
+        it advances the cursor but is not queued. ``checkpoint`` (already verified by the
+        caller) replaces the stored one; its tree size may not exceed the new cursor.
+        """
+        if not origin or "\x00" in origin:
+            raise StoreError(f"bad origin {origin!r}")
+
+        def body(txn: lmdb.Transaction) -> None:
+            cursor = self._cursor(txn, origin)
+            seq, last_hash = cursor.seq, cursor.hash
+            for entry_seq, envelope, entry_hash in entries:
+                if entry_seq != seq + 1:
+                    raise SequenceGapError(f"{origin}: got seq {entry_seq} after {seq}")
+                if len(entry_hash) != 32:
+                    raise StoreError(f"{origin}/{entry_seq}: entry hash must be 32 bytes")
+                key = ekey(origin, entry_seq)
+                if not txn.put(
+                    key, entry_hash + envelope, overwrite=False, db=self._dbs["entries"]
+                ):
+                    raise StoreError(f"{origin}/{entry_seq} already stored")
+                if envelope:
+                    txn.put(key, b"", db=self._dbs["inbox"])
+                    self._incr(txn, "inbox", 1)
+                seq, last_hash = entry_seq, entry_hash
+            self._incr(txn, "entries", len(entries))
+            kept = cursor.checkpoint
+            if checkpoint is not None:
+                if checkpoint.tree_size > seq:
+                    raise StoreError(
+                        f"{origin}: checkpoint of size {checkpoint.tree_size} past seq {seq}"
+                    )
+                kept = checkpoint
+            value = _U64.pack(seq) + last_hash + (kept.SerializeToString() if kept else b"")
+            txn.put(origin.encode(), value, db=self._dbs["cursors"])
+
+        self._write(body)
+
+    def _cursor(self, txn: lmdb.Transaction, origin: str) -> Cursor:
+        raw = txn.get(origin.encode(), db=self._dbs["cursors"])
+        if raw is None:
+            return Cursor(0, _ZERO_HASH)
+        checkpoint = None
+        if len(raw) > 40:
+            checkpoint = log_pb2.Checkpoint.FromString(bytes(raw[40:]))
+        return Cursor(_U64.unpack(raw[:8])[0], bytes(raw[8:40]), checkpoint)
+
+    def cursor(self, origin: str) -> Cursor:
+        """The origin's cursor; seq 0 and 32 zero bytes when nothing came from it yet."""
+        with self._read() as txn:
+            return self._cursor(txn, origin)
+
+    def origins(self) -> list[str]:
+        with self._read() as txn:
+            return [
+                bytes(k).decode()
+                for k in txn.cursor(db=self._dbs["cursors"]).iternext(values=False)
+            ]
+
+    def entry(self, origin: str, seq: int) -> StoredEntry | None:
+        with self._read() as txn:
+            raw = txn.get(ekey(origin, seq), db=self._dbs["entries"])
+        if raw is None:
+            return None
+        return StoredEntry(origin, seq, bytes(raw[:32]), bytes(raw[32:]))
+
+    def set_alert(self, origin: str, reason: str, evidence: bytes) -> None:
+        """Record why intake from ``origin`` stopped (fork, gap, bad signature) with the
+        evidence; replaces an earlier alert for that origin."""
+        if "\x00" in reason:
+            raise StoreError("alert reason may not contain NUL")
+        value = _U64.pack(time.time_ns()) + reason.encode() + b"\x00" + evidence
+        self._write(lambda txn: txn.put(origin.encode(), value, db=self._dbs["alerts"]))
+
+    def alerts(self) -> list[Alert]:
+        with self._read() as txn:
+            items = list(txn.cursor(db=self._dbs["alerts"]).iternext())
+        out = []
+        for key, value in items:
+            reason, _, evidence = bytes(value[8:]).partition(b"\x00")
+            out.append(
+                Alert(bytes(key).decode(), reason.decode(), evidence, _U64.unpack(value[:8])[0])
+            )
+        return out
+
+    # -- classification -----------------------------------------------------------------
+
+    def inbox(self, limit: int) -> list[StoredEntry]:
+        """Up to ``limit`` entries waiting for classification, by origin then seq."""
+        out: list[StoredEntry] = []
+        with self._read() as txn:
+            entries = self._dbs["entries"]
+            for key in txn.cursor(db=self._dbs["inbox"]).iternext(values=False):
+                if len(out) >= limit:
+                    break
+                raw = _must(txn, bytes(key), entries)
+                origin, seq = split_ekey(bytes(key))
+                out.append(StoredEntry(origin, seq, bytes(raw[:32]), bytes(raw[32:])))
+        return out
+
+    def classify(self, items: Sequence[Enqueue | VerdictWrite]) -> None:
+        """Take classified entries out of the inbox: queue them for an engine or store
+        their terminal verdict. Items no longer in the inbox are ignored."""
+        now = time.time_ns()
+        written: list[StoredVerdict] = []
+
+        def body(txn: lmdb.Transaction) -> None:
+            written.clear()
+            order = self._counter(txn, "order")
+            for item in items:
+                key = ekey(item.origin, item.seq)
+                if not txn.delete(key, db=self._dbs["inbox"]):
+                    continue
+                self._incr(txn, "inbox", -1)
+                self._index_record(txn, item.record_id, key)
+                if isinstance(item, Enqueue):
+                    order += 1
+                    pkey = bytes.fromhex(item.commitment_id) + _U64.pack(order)
+                    value = _pack_pending(
+                        key, attempts=0, not_before_ns=0, enqueued_ns=now, error=""
+                    )
+                    txn.put(pkey, value, db=self._dbs["pending"])
+                    self._incr(txn, "pending", 1)
+                    self._incr(txn, f"pending:{item.commitment_id}", 1)
+                elif self._put_verdict(txn, key, item):
+                    written.append(StoredVerdict(item.origin, item.seq, item.signed, item.verdict))
+            txn.put(b"order", _U64.pack(order), db=self._dbs["counters"])
+
+        self._write(body)
+        self._notify(written)
+
+    def _index_record(self, txn: lmdb.Transaction, record_id: str, key: bytes) -> None:
+        if record_id:
+            txn.put(record_id.encode() + b"\x00" + key, b"", db=self._dbs["by_record"])
+
+    def _put_verdict(self, txn: lmdb.Transaction, key: bytes, item: VerdictWrite) -> bool:
+        data = item.signed.SerializeToString()
+        if not txn.put(key, data, overwrite=False, db=self._dbs["verdicts"]):
+            log.error("second verdict refused", extra={"origin": item.origin, "seq": item.seq})
+            return False
+        txn.put(_U64.pack(item.verdict.decided_at_ns) + key, b"", db=self._dbs["by_time"])
+        self._incr(txn, "verdicts", 1)
+        self._incr(txn, f"status:{verifier_pb2.VerdictStatus.Name(item.verdict.status)}", 1)
+        return True
+
+    # -- the engine queue ---------------------------------------------------------------
+
+    def backlog(self) -> list[Backlog]:
+        """Pending work per commitment (the queue is FIFO, so its first item is the oldest)."""
+        out = []
+        with self._read() as txn:
+            cur = txn.cursor(db=self._dbs["pending"])
+            found = cur.first()
+            while found:
+                item = _unpack_pending(bytes(cur.key()), bytes(cur.value()))
+                pending = self._counter(txn, f"pending:{item.commitment_id}")
+                out.append(Backlog(item.commitment_id, pending, item.enqueued_ns))
+                found = cur.set_range(bytes(cur.key()[:32]) + b"\xff" * 9)
+        return out
+
+    def take_pending(self, commitment_id: str, limit: int, now_ns: int) -> list[PendingItem]:
+        """Up to ``limit`` items of a commitment that may run at ``now_ns``, oldest first.
+        Reading does not remove them: :meth:`finish` does, with their verdicts."""
+        prefix = bytes.fromhex(commitment_id)
+        out: list[PendingItem] = []
+        with self._read() as txn:
+            cur = txn.cursor(db=self._dbs["pending"])
+            if not cur.set_range(prefix):
+                return []
+            for key, value in cur.iternext():
+                if bytes(key[:32]) != prefix or len(out) >= limit:
+                    break
+                item = _unpack_pending(bytes(key), bytes(value))
+                if item.not_before_ns <= now_ns:
+                    out.append(item)
+        return out
+
+    def pending_item(self, key: bytes) -> PendingItem | None:
+        with self._read() as txn:
+            value = txn.get(key, db=self._dbs["pending"])
+        return None if value is None else _unpack_pending(key, bytes(value))
+
+    def finish(
+        self, verdicts: Sequence[tuple[bytes, VerdictWrite]], retries: Sequence[Retry] = ()
+    ) -> int:
+        """In one transaction: store each (pending key, verdict) and delete the pending
+        item, and reschedule ``retries``. Items already gone are skipped (their verdict
+        exists). Returns how many verdicts were written."""
+        written: list[StoredVerdict] = []
+
+        def body(txn: lmdb.Transaction) -> None:
+            written.clear()
+            pending = self._dbs["pending"]
+            for pkey, item in verdicts:
+                if not txn.delete(pkey, db=pending):
+                    continue
+                self._incr(txn, "pending", -1)
+                self._incr(txn, f"pending:{bytes(pkey[:32]).hex()}", -1)
+                if self._put_verdict(txn, ekey(item.origin, item.seq), item):
+                    written.append(StoredVerdict(item.origin, item.seq, item.signed, item.verdict))
+            for retry in retries:
+                value = txn.get(retry.key, db=pending)
+                if value is None:
+                    continue
+                old = _unpack_pending(retry.key, bytes(value))
+                packed = _pack_pending(
+                    ekey(old.origin, old.seq),
+                    attempts=old.attempts + 1,
+                    not_before_ns=retry.not_before_ns,
+                    enqueued_ns=old.enqueued_ns,
+                    error=retry.error,
+                )
+                txn.put(retry.key, packed, db=pending)
+
+        self._write(body)
+        self._notify(written)
+        return len(written)
+
+    # -- verdict queries ----------------------------------------------------------------
+
+    def add_verdict_listener(self, listener: Callable[[Sequence[StoredVerdict]], None]) -> None:
+        """Call ``listener`` (in the writing thread) with each batch of new verdicts,
+        after its transaction committed."""
+        self._listeners.append(listener)
+
+    def _notify(self, written: Sequence[StoredVerdict]) -> None:
+        if written:
+            for listener in self._listeners:
+                listener(written)
+
+    def verdict(self, origin: str, seq: int) -> StoredVerdict | None:
+        with self._read() as txn:
+            raw = txn.get(ekey(origin, seq), db=self._dbs["verdicts"])
+        return None if raw is None else _stored_verdict(origin, seq, bytes(raw))
+
+    def verdicts_for_record(self, record_id: str) -> list[StoredVerdict]:
+        """Verdicts of the record(s) with this id (one per origin that sent it)."""
+        prefix = record_id.encode() + b"\x00"
+        out = []
+        with self._read() as txn:
+            cur = txn.cursor(db=self._dbs["by_record"])
+            if cur.set_range(prefix):
+                for key in cur.iternext(values=False):
+                    if not bytes(key).startswith(prefix):
+                        break
+                    origin, seq = split_ekey(bytes(key[len(prefix) :]))
+                    raw = txn.get(bytes(key[len(prefix) :]), db=self._dbs["verdicts"])
+                    if raw is not None:
+                        out.append(_stored_verdict(origin, seq, bytes(raw)))
+        return out
+
+    def record_location(self, record_id: str) -> tuple[str, int] | None:
+        """(origin, seq) of a classified record with this id."""
+        prefix = record_id.encode() + b"\x00"
+        with self._read() as txn:
+            cur = txn.cursor(db=self._dbs["by_record"])
+            if cur.set_range(prefix) and bytes(cur.key()).startswith(prefix):
+                return split_ekey(bytes(cur.key()[len(prefix) :]))
+        return None
+
+    def list_verdicts(
+        self,
+        *,
+        from_ns: int = 0,
+        to_ns: int = (1 << 64) - 1,
+        after: bytes = b"",
+        limit: int = 100,
+        accept: Callable[[verifier_pb2.Verdict], bool] = lambda _: True,
+    ) -> tuple[list[StoredVerdict], bytes]:
+        """Verdicts decided in [from_ns, to_ns] in decision order that ``accept`` keeps,
+        at most ``limit``, resuming after the page token ``after``; returns them and the
+        next page token (b"" at the end)."""
+        start = max(_U64.pack(from_ns), after + b"\x00" if after else b"")
+        out: list[StoredVerdict] = []
+        with self._read() as txn:
+            cur = txn.cursor(db=self._dbs["by_time"])
+            if not cur.set_range(start):
+                return [], b""
+            for key in cur.iternext(values=False):
+                tkey = bytes(key)
+                if _U64.unpack(tkey[:8])[0] > to_ns:
+                    return out, b""
+                if len(out) >= limit:
+                    return out, after
+                origin, seq = split_ekey(tkey[8:])
+                raw = _must(txn, tkey[8:], self._dbs["verdicts"])
+                stored = _stored_verdict(origin, seq, raw)
+                after = tkey
+                if accept(stored.verdict):
+                    out.append(stored)
+        return out, b""
+
+    def verdict_counts(self) -> dict[str, int]:
+        """Stored verdicts by status name (VERDICT_STATUS_PASS, ...)."""
+        with self._read() as txn:
+            out = {}
+            for name in verifier_pb2.VerdictStatus.keys():  # noqa: SIM118 (an enum wrapper)
+                n = self._counter(txn, f"status:{name}")
+                if n:
+                    out[name] = n
+            return out
+
+    def counts(self) -> Counts:
+        with self._read() as txn:
+            return Counts(
+                entries=self._counter(txn, "entries"),
+                inbox=self._counter(txn, "inbox"),
+                pending=self._counter(txn, "pending"),
+                verdicts=self._counter(txn, "verdicts"),
+            )
+
+    # -- settings and audit -------------------------------------------------------------
+
+    def difr_override(self, commitment_id: str) -> verifier_pb2.DifrSettings | None:
+        with self._read() as txn:
+            raw = txn.get(commitment_id.encode(), db=self._dbs["settings"])
+        return None if raw is None else verifier_pb2.DifrSettings.FromString(bytes(raw))
+
+    def set_difr_override(
+        self, commitment_id: str, settings: verifier_pb2.DifrSettings, *, actor: str
+    ) -> verifier_pb2.DifrSettings | None:
+        """Replace a commitment's DiFR settings (threshold, Δmax, sample rate) and write
+        the change to the audit log in the same transaction; returns the previous
+        override."""
+
+        def body(txn: lmdb.Transaction) -> verifier_pb2.DifrSettings | None:
+            raw = txn.get(commitment_id.encode(), db=self._dbs["settings"])
+            previous = None if raw is None else verifier_pb2.DifrSettings.FromString(bytes(raw))
+            txn.put(commitment_id.encode(), settings.SerializeToString(), db=self._dbs["settings"])
+            self._audit(
+                txn,
+                actor,
+                "set_difr_settings",
+                {
+                    "commitment_id": commitment_id,
+                    "previous": _settings_json(previous),
+                    "current": _settings_json(settings),
+                },
+            )
+            return previous
+
+        return self._write(body)
+
+    def _audit(
+        self, txn: lmdb.Transaction, actor: str, action: str, detail: Mapping[str, Any]
+    ) -> None:
+        self._audit_number += 1
+        event = AuditEvent(time.time_ns(), actor, action, json.dumps(detail, sort_keys=True))
+        key = _U64.pack(event.at_ns) + _U64.pack(self._audit_number)
+        txn.put(key, json.dumps(asdict(event), sort_keys=True).encode(), db=self._dbs["audit"])
+
+    def audit_log(self) -> list[AuditEvent]:
+        with self._read() as txn:
+            values = [bytes(v) for v in txn.cursor(db=self._dbs["audit"]).iternext(keys=False)]
+        return [AuditEvent(**json.loads(v)) for v in values]
+
+
+def _settings_json(settings: verifier_pb2.DifrSettings | None) -> dict[str, float] | None:
+    if settings is None:
+        return None
+    return {
+        "threshold": settings.threshold,
+        "delta_max": settings.delta_max,
+        "sample_rate": settings.sample_rate,
+    }
+
+
+def _must(txn: lmdb.Transaction, key: bytes, db: Any) -> bytes:
+    """A value an index promises exists; its absence means the store is corrupt."""
+    raw = txn.get(key, db=db)
+    if raw is None:
+        raise StoreError(f"store inconsistent: {key!r} indexed but missing")
+    return bytes(raw)
+
+
+def _pack_pending(
+    key: bytes, *, attempts: int, not_before_ns: int, enqueued_ns: int, error: str
+) -> bytes:
+    return _PENDING.pack(attempts, not_before_ns, enqueued_ns, len(key)) + key + error.encode()
+
+
+def _unpack_pending(pkey: bytes, value: bytes) -> PendingItem:
+    attempts, not_before, enqueued, klen = _PENDING.unpack_from(value)
+    start = _PENDING.size
+    origin, seq = split_ekey(value[start : start + klen])
+    return PendingItem(
+        key=pkey,
+        commitment_id=pkey[:32].hex(),
+        origin=origin,
+        seq=seq,
+        attempts=attempts,
+        not_before_ns=not_before,
+        enqueued_ns=enqueued,
+        last_error=value[start + klen :].decode(),
+    )
+
+
+def _stored_verdict(origin: str, seq: int, raw: bytes) -> StoredVerdict:
+    signed = verifier_pb2.SignedVerdict.FromString(raw)
+    return StoredVerdict(origin, seq, signed, verifier_pb2.Verdict.FromString(signed.verdict))
