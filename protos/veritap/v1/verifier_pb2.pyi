@@ -187,6 +187,9 @@ class Verdict(_message.Message):
     ATTEMPTS_FIELD_NUMBER: _builtins.int
     MARGINS_F16_FIELD_NUMBER: _builtins.int
     CHOICE_INDEX_FIELD_NUMBER: _builtins.int
+    DETAIL_FIELD_NUMBER: _builtins.int
+    EXACT_MATCHES_FIELD_NUMBER: _builtins.int
+    OUT_OF_MASK_FIELD_NUMBER: _builtins.int
     record_id: _builtins.str
     origin: _builtins.str
     seq: _builtins.int
@@ -212,6 +215,14 @@ class Verdict(_message.Message):
     """Index of the choice that was scored (n > 1 gives one verdict per record,
     the worst choice).
     """
+    detail: _builtins.str
+    """Human-readable detail for UNVERIFIABLE and SKIPPED (which parameter, which
+    file, the engine's error message).
+    """
+    exact_matches: _builtins.int
+    """Scored tokens whose claimed token was the reconstructed sampler's choice."""
+    out_of_mask: _builtins.int
+    """Scored tokens outside the top-k/top-p mask (each scored delta_max)."""
     @_builtins.property
     def settings(self) -> Global___DifrSettings: ...
     @_builtins.property
@@ -242,10 +253,13 @@ class Verdict(_message.Message):
         attempts: _builtins.int = ...,
         margins_f16: _builtins.bytes = ...,
         choice_index: _builtins.int = ...,
+        detail: _builtins.str = ...,
+        exact_matches: _builtins.int = ...,
+        out_of_mask: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["cost", b"cost", "settings", b"settings", "timings", b"timings"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempts", b"attempts", "choice_index", b"choice_index", "commitment_id", b"commitment_id", "cost", b"cost", "decided_at_ns", b"decided_at_ns", "engine", b"engine", "engine_version", b"engine_version", "entry_hash", b"entry_hash", "margins_f16", b"margins_f16", "model", b"model", "origin", b"origin", "reason", b"reason", "record_id", b"record_id", "retokenized", b"retokenized", "sampler_profile", b"sampler_profile", "score", b"score", "seq", b"seq", "settings", b"settings", "status", b"status", "timings", b"timings", "token_count", b"token_count"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempts", b"attempts", "choice_index", b"choice_index", "commitment_id", b"commitment_id", "cost", b"cost", "decided_at_ns", b"decided_at_ns", "detail", b"detail", "engine", b"engine", "engine_version", b"engine_version", "entry_hash", b"entry_hash", "exact_matches", b"exact_matches", "margins_f16", b"margins_f16", "model", b"model", "origin", b"origin", "out_of_mask", b"out_of_mask", "reason", b"reason", "record_id", b"record_id", "retokenized", b"retokenized", "sampler_profile", b"sampler_profile", "score", b"score", "seq", b"seq", "settings", b"settings", "status", b"status", "timings", b"timings", "token_count", b"token_count"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
