@@ -1,0 +1,1 @@
+"""Capture sources (pcap/pcapng files, live AF_PACKET) and the frame decoder."""
