@@ -1,0 +1,76 @@
+"""Where a chunked body ends on the wire.
+
+llhttp decodes chunked bodies but does not say how many input bytes a message
+used; this framer walks the same chunk-size lines, data and trailers to find
+the message's last byte, so pipelined messages, wire lengths and
+resynchronisation after a gap are exact. llhttp stays the judge of syntax: a
+disagreement between the two is a parse error.
+"""
+
+from __future__ import annotations
+
+import re
+
+from collector.http.errors import ChunkFramingError
+
+_SIZE, _DATA, _DATA_END, _TRAILER, _DONE = range(5)
+_MAX_LINE = 16 * 1024
+_HEX = re.compile(rb"[0-9A-Fa-f]{1,16}")
+# A chunk-size line at a line start, for resynchronising after a gap.
+CHUNK_LINE = re.compile(rb"(?:^|(?<=\n))([0-9A-Fa-f]{1,8})[ \t]*(?:;[^\r\n]*)?\r\n")
+
+
+class ChunkFramer:
+    """Feed wire bytes of a chunked body; `advance` stops at the body's end."""
+
+    __slots__ = ("_line", "_need", "_state", "wire_bytes")
+
+    def __init__(self) -> None:
+        self._state = _SIZE
+        self._need = 0
+        self._line = b""
+        self.wire_bytes = 0
+
+    @property
+    def done(self) -> bool:
+        return self._state == _DONE
+
+    def advance(self, data: bytes, pos: int) -> int:
+        """Consume from `pos`; returns the position after the last byte that belongs to the body."""
+        start = pos
+        size = len(data)
+        while pos < size and self._state != _DONE:
+            state = self._state
+            if state in (_DATA, _DATA_END):
+                take = min(self._need, size - pos)
+                pos += take
+                self._need -= take
+                if not self._need:
+                    if state == _DATA:
+                        self._state, self._need = _DATA_END, 2
+                    else:
+                        self._state = _SIZE
+                continue
+            newline = data.find(b"\n", pos)
+            if newline < 0:
+                self._line += data[pos:]
+                pos = size
+                if len(self._line) > _MAX_LINE:
+                    raise ChunkFramingError("chunk-size or trailer line over 16 KiB")
+                break
+            line = self._line + data[pos : newline + 1] if self._line else data[pos : newline + 1]
+            self._line = b""
+            pos = newline + 1
+            if state == _SIZE:
+                match = _HEX.match(line.lstrip(b" \t"))
+                if match is None:
+                    raise ChunkFramingError(f"bad chunk-size line {line[:40]!r}")
+                chunk = int(match.group(), 16)
+                if chunk:
+                    self._state, self._need = _DATA, chunk
+                else:
+                    self._state = _TRAILER
+            elif line in (b"\r\n", b"\n"):
+                self._state = _DONE
+        self.wire_bytes += pos - start
+        return pos

@@ -1,0 +1,713 @@
+"""One direction of an HTTP/1.1 connection: bytes, gaps and the end in; messages out. Sans-IO.
+
+llhttp (through httptools) parses each head as its bytes arrive, so garbage is
+refused at its first bad byte, and decodes chunked bodies; `ChunkFramer`
+tells where a chunked body ends and Content-Length bodies are counted here, so
+every message's last byte is known exactly (pipelining, wire lengths, gaps).
+
+Framing follows RFC 9112 §6: no body for responses to HEAD, for 1xx, 204 and
+304; a Transfer-Encoding ending in chunked, else Content-Length, else (for
+responses) the body runs to the end of the connection. `101 Switching
+Protocols` and a 2xx answer to CONNECT leave HTTP: the rest is counted, not parsed.
+
+Loss handling: a gap inside a Content-Length or close-delimited body is
+recorded as a `BodyGap` and the body goes on after it; a gap inside a chunked
+body resynchronises at the next chunk-size line that is followed by its data
+and CRLF (or at the next message's start line if that comes first), with
+llhttp primed by a synthetic head; a gap in a head, or parse error, ends the
+message with its problem and the stream is scanned for the next start line.
+A stream that starts mid-connection is scanned the same way. Compressed bodies
+cannot be decoded past a gap; SSE bodies resynchronise at the next event.
+"""
+
+from __future__ import annotations
+
+import re
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+
+import httptools
+
+from collector.http.chunked import CHUNK_LINE, ChunkFramer
+from collector.http.content_coding import BodyDecoder
+from collector.http.errors import ChunkFramingError, ContentDecodingError
+from collector.http.messages import (
+    BodyGap,
+    Problem,
+    ProblemKind,
+    RequestMessage,
+    ResponseMessage,
+)
+from collector.http.sse import SseParser
+
+_IDLE, _SCAN, _HEAD, _BODY_LENGTH, _BODY_CHUNKED, _CHUNK_RESYNC, _BODY_EOF = range(7)
+_UPGRADED, _CLOSED = 7, 8
+
+# Message starts looked for after a gap or at a midstream pickup. Not anchored to a line
+# start: a message usually follows the previous body's last byte directly.
+REQUEST_START = re.compile(
+    rb"(?:GET|POST|PUT|DELETE|HEAD|OPTIONS|PATCH|TRACE|CONNECT) /[!-~]* HTTP/1\.[01]\r\n"
+)
+RESPONSE_START = re.compile(rb"HTTP/1\.[01] [1-5][0-9][0-9](?: [^\r\n]*)?\r\n")
+_SCAN_TAIL = 96
+_UPGRADE_PAUSE = "Pause on CONNECT/Upgrade"
+_PRIME_REQUEST = b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n"
+_PRIME_RESPONSE = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+
+
+@dataclass(frozen=True, slots=True)
+class HttpLimits:
+    max_head_bytes: int = 64 * 1024
+    max_body_bytes: int = 64 * 1024 * 1024
+    # How much of a chunked body to search for a chunk boundary after a gap.
+    resync_window_bytes: int = 256 * 1024
+
+
+class _Message:
+    """A message being read (mutable; becomes a frozen message at the end)."""
+
+    __slots__ = (
+        "body",
+        "body_len",
+        "content_encoding",
+        "decode_stopped",
+        "decoder",
+        "first_ts",
+        "gaps",
+        "head_done",
+        "headers",
+        "last_ts",
+        "method",
+        "parsed",
+        "problems",
+        "reason",
+        "sse",
+        "status",
+        "target",
+        "trailers",
+        "upgrade",
+        "version",
+        "wire",
+    )
+
+    def __init__(self, ts: int) -> None:
+        self.first_ts = ts
+        self.last_ts = ts
+        self.method = ""
+        self.target = ""
+        self.status = 0
+        self.reason = ""
+        self.version = ""
+        self.headers: list[tuple[str, str]] = []
+        self.trailers: list[tuple[str, str]] = []
+        self.head_done = False
+        self.parsed = False  # llhttp saw the end of the message
+        self.upgrade = False
+        self.body: list[bytes] = []
+        self.body_len = 0
+        self.wire = 0
+        self.content_encoding = ""
+        self.decoder: BodyDecoder | None = None
+        self.decode_stopped = False
+        self.sse: SseParser | None = None
+        self.gaps: list[BodyGap] = []
+        self.problems: list[Problem] = []
+
+    def header(self, name: str) -> str | None:
+        return next((v for k, v in self.headers if k.lower() == name), None)
+
+
+class MessageReader(ABC):
+    """State machine of one direction; subclasses say what a head means for framing."""
+
+    _prime = b""
+    _start_line = REQUEST_START
+
+    def __init__(self, limits: HttpLimits) -> None:
+        self.limits = limits
+        self.skipped_bytes = 0
+        self.lost_between_messages = 0
+        self.messages = 0
+        self._state = _IDLE
+        self._synced = True
+        self._msg: _Message | None = None
+        self._parser: httptools.HttpRequestParser | httptools.HttpResponseParser | None = None
+        self._priming = False
+        self._ts = 0
+        self._head_tail = b""
+        self._head_len = 0
+        self._remaining = 0
+        self._framer = ChunkFramer()
+        self._scan_tail = b""
+        self._resync_buf = bytearray()
+
+    # -- what the connection calls ------------------------------------------
+
+    def start(self, midstream: bool) -> None:
+        """The stream begins; `midstream`: its first byte is not the connection's first."""
+        if midstream:
+            self._synced = False
+
+    def feed(self, data: bytes, ts_ns: int) -> None:
+        pos = 0
+        size = len(data)
+        while pos < size:
+            state = self._state
+            if state == _BODY_CHUNKED:
+                pos = self._feed_chunked(data, pos, ts_ns)
+            elif state == _BODY_LENGTH:
+                take = min(self._remaining, size - pos)
+                msg = self._msg
+                assert msg is not None
+                msg.last_ts = ts_ns
+                msg.wire += take
+                self._body(data if take == size else data[pos : pos + take], ts_ns)
+                pos += take
+                self._remaining -= take
+                if not self._remaining:
+                    self._complete()
+            elif state == _IDLE:
+                while pos < size and data[pos] in b"\r\n":
+                    pos += 1
+                if pos == size:
+                    break
+                if not self._synced:
+                    self._state = _SCAN
+                    continue
+                self._begin(ts_ns)
+            elif state == _HEAD:
+                pos = self._feed_head(data, pos, ts_ns)
+            elif state == _BODY_EOF:
+                msg = self._msg
+                assert msg is not None
+                msg.last_ts = ts_ns
+                msg.wire += size - pos
+                self._body(data[pos:] if pos else data, ts_ns)
+                pos = size
+            elif state == _SCAN:
+                pos = self._feed_scan(data, pos, ts_ns)
+            elif state == _CHUNK_RESYNC:
+                pos = self._feed_chunk_resync(data, pos, ts_ns)
+            else:
+                self.skipped_bytes += size - pos
+                pos = size
+
+    def gap(self, length: int, ts_ns: int) -> None:
+        """`length` bytes of this direction were never captured."""
+        state = self._state
+        msg = self._msg
+        if state in (_IDLE, _SCAN):
+            self.lost_between_messages += length
+            self._synced = False
+            if state == _IDLE:
+                self._state = _SCAN
+                self._scan_tail = b""
+        elif msg is None:
+            self.skipped_bytes += length
+        elif state == _HEAD:
+            msg.problems.append(
+                Problem(ProblemKind.GAP, f"{length} bytes missing inside the message head")
+            )
+            self._finish()
+            self._unsync()
+        elif state == _BODY_LENGTH:
+            if length < self._remaining:
+                self._body_gap(length)
+                self._remaining -= length
+            else:
+                self._body_gap(self._remaining)
+                self.lost_between_messages += length - self._remaining
+                self._finish()
+                self._unsync()
+        elif state == _BODY_EOF:
+            self._body_gap(length)
+        elif state == _BODY_CHUNKED:
+            self._body_gap(length)
+            self._state = _CHUNK_RESYNC
+            self._resync_buf = bytearray()
+        elif state == _CHUNK_RESYNC:
+            msg.gaps[-1] = BodyGap(msg.gaps[-1].body_offset, msg.gaps[-1].missing_bytes + length)
+
+    def end(self, reason: str, ts_ns: int) -> None:
+        """The direction ended (`fin`, `rst`, `idle`, ...); finish what is in progress."""
+        state = self._state
+        msg = self._msg
+        if msg is not None:
+            if state == _BODY_EOF and reason == "fin":
+                self._complete()
+            else:
+                where = "head" if state == _HEAD else "body"
+                msg.problems.append(
+                    Problem(
+                        ProblemKind.TRUNCATED,
+                        f"connection ended ({reason}) inside the message {where}",
+                    )
+                )
+                self._finish()
+        self._state = _CLOSED
+
+    def upgrade(self) -> None:
+        """The connection left HTTP (101 or CONNECT): count what follows, parse nothing."""
+        if self._msg is not None:
+            self._finish()
+        self._state = _UPGRADED
+
+    # -- llhttp callbacks --------------------------------------------------
+
+    def on_url(self, url: bytes) -> None:
+        if self._msg is not None and not self._priming:
+            self._msg.target += url.decode("latin-1")
+
+    def on_status(self, status: bytes) -> None:
+        if self._msg is not None and not self._priming:
+            self._msg.reason += status.decode("latin-1")
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        msg = self._msg
+        if msg is None or self._priming:
+            return
+        pair = (name.decode("latin-1"), value.decode("latin-1"))
+        if msg.head_done:
+            msg.trailers.append(pair)
+        else:
+            msg.headers.append(pair)
+
+    def on_headers_complete(self) -> None:
+        if self._msg is not None and not self._priming:
+            self._msg.head_done = True
+
+    def on_body(self, body: bytes) -> None:
+        self._body(body, self._ts)
+
+    def on_message_complete(self) -> None:
+        if self._msg is not None:
+            self._msg.parsed = True
+
+    # -- role hooks --------------------------------------------------------
+
+    @abstractmethod
+    def _new_parser(self) -> httptools.HttpRequestParser | httptools.HttpResponseParser: ...
+
+    @abstractmethod
+    def _started(self, ts_ns: int) -> None:
+        """A message began (its first byte is in)."""
+
+    @abstractmethod
+    def _head(self, msg: _Message) -> bool:
+        """The head is parsed: set the framing state; returns whether bodies are kept."""
+
+    @abstractmethod
+    def _deliver(self, msg: _Message) -> None:
+        """Hand a finished message to the connection."""
+
+    # -- internals ---------------------------------------------------------
+
+    def _begin(self, ts: int) -> None:
+        self._msg = _Message(ts)
+        self._parser = self._new_parser()
+        self._head_tail = b""
+        self._head_len = 0
+        self._state = _HEAD
+        self._started(ts)
+
+    def _unsync(self) -> None:
+        self._synced = False
+        self._state = _SCAN
+        self._scan_tail = b""
+
+    def _feed_head(self, data: bytes, pos: int, ts: int) -> int:
+        msg = self._msg
+        parser = self._parser
+        assert msg is not None and parser is not None
+        msg.last_ts = ts
+        tail = self._head_tail
+        probe = tail + data[pos : pos + self.limits.max_head_bytes + 4] if tail else data
+        index = probe.find(b"\r\n\r\n", 0 if tail else pos)
+        if index < 0:
+            end = len(data)
+        elif tail:
+            end = pos + index + 4 - len(tail)
+        else:
+            end = index + 4
+        piece = data[pos:end]
+        self._head_len += len(piece)
+        try:
+            parser.feed_data(piece)
+        except httptools.HttpParserUpgrade:
+            msg.upgrade = True
+        except httptools.HttpParserError as exc:
+            # llhttp pauses after an upgrade head (101, CONNECT); httptools reports the pause
+            # as an error when its upgrade flag is not the one it expects.
+            if msg.head_done and _UPGRADE_PAUSE in str(exc):
+                msg.upgrade = True
+            else:
+                msg.problems.append(Problem(ProblemKind.PARSE_ERROR, f"bad message head: {exc}"))
+                self._finish()
+                self._unsync()
+                return end
+        if index < 0:
+            if self._head_len > self.limits.max_head_bytes:
+                msg.problems.append(
+                    Problem(
+                        ProblemKind.PARSE_ERROR,
+                        f"message head longer than {self.limits.max_head_bytes} bytes",
+                    )
+                )
+                self._finish()
+                self._unsync()
+            else:
+                self._head_tail = (tail + piece)[-3:]
+            return end
+        self._head_tail = b""
+        if not msg.head_done:
+            msg.problems.append(
+                Problem(ProblemKind.PARSE_ERROR, "llhttp did not end the head at its blank line")
+            )
+            self._finish()
+            self._unsync()
+            return end
+        msg.version = parser.get_http_version()
+        keep = self._head(msg)
+        if keep and self._state in (_BODY_LENGTH, _BODY_CHUNKED, _BODY_EOF):
+            self._setup_body(msg)
+        elif not keep:
+            msg.decode_stopped = True
+        if self._state == _BODY_CHUNKED:
+            self._framer = ChunkFramer()
+        return end
+
+    def _setup_body(self, msg: _Message) -> None:
+        coding = msg.header("content-encoding")
+        if coding:
+            msg.content_encoding = coding
+            try:
+                decoder = BodyDecoder(coding, self.limits.max_body_bytes)
+            except ContentDecodingError as exc:
+                msg.problems.append(Problem(ProblemKind.PARSE_ERROR, str(exc)))
+            else:
+                msg.decoder = None if decoder.identity else decoder
+
+    def _feed_chunked(self, data: bytes, pos: int, ts: int) -> int:
+        msg = self._msg
+        parser = self._parser
+        assert msg is not None and parser is not None
+        msg.last_ts = ts
+        try:
+            end = self._framer.advance(data, pos)
+        except ChunkFramingError as exc:
+            msg.problems.append(Problem(ProblemKind.PARSE_ERROR, str(exc)))
+            self._finish()
+            self._unsync()
+            return pos
+        msg.wire += end - pos
+        self._ts = ts
+        try:
+            parser.feed_data(data if end - pos == len(data) else data[pos:end])
+        except httptools.HttpParserError as exc:
+            msg.problems.append(Problem(ProblemKind.PARSE_ERROR, f"bad chunked body: {exc}"))
+            self._finish()
+            self._unsync()
+            return end
+        if self._framer.done:
+            if not msg.parsed:
+                msg.problems.append(
+                    Problem(ProblemKind.PARSE_ERROR, "chunked body ended where llhttp did not")
+                )
+                self._finish()
+                self._unsync()
+            else:
+                self._complete()
+        return end
+
+    def _feed_chunk_resync(self, data: bytes, pos: int, ts: int) -> int:
+        msg = self._msg
+        assert msg is not None
+        buf = self._resync_buf
+        buf += data[pos:] if pos else data
+        chunk_at = self._find_chunk(buf)
+        start = self._start_line.search(buf)
+        start_at = start.start() if start is not None else None
+        if start_at is not None and (chunk_at is None or start_at < chunk_at):
+            self._add_missing(start_at)
+            msg.problems.append(
+                Problem(ProblemKind.GAP, "the body ended inside a gap; its end was not seen")
+            )
+            self._finish()
+            self._synced = True
+            self._state = _IDLE
+            rest = bytes(buf[start_at:])
+            self._resync_buf = bytearray()
+            self.feed(rest, ts)
+            return len(data)
+        if chunk_at is not None:
+            self._add_missing(chunk_at)
+            rest = bytes(buf[chunk_at:])
+            self._resync_buf = bytearray()
+            parser = self._new_parser()
+            self._priming = True
+            try:
+                parser.feed_data(self._prime)
+            finally:
+                self._priming = False
+            self._parser = parser
+            msg.parsed = False
+            self._framer = ChunkFramer()
+            self._state = _BODY_CHUNKED
+            self.feed(rest, ts)
+            return len(data)
+        if len(buf) > self.limits.resync_window_bytes:
+            self._add_missing(len(buf))
+            msg.problems.append(
+                Problem(ProblemKind.GAP, "no chunk boundary found after a gap; body cut there")
+            )
+            self._resync_buf = bytearray()
+            self._finish()
+            self._unsync()
+        return len(data)
+
+    @staticmethod
+    def _find_chunk(buf: bytearray) -> int | None:
+        """Start of the first chunk-size line whose data ends with CRLF where it should."""
+        for match in CHUNK_LINE.finditer(buf):
+            size = int(match.group(1), 16)
+            if size == 0:
+                return match.start()
+            end = match.end() + size
+            if end + 2 > len(buf):
+                return None
+            if buf[end : end + 2] == b"\r\n":
+                return match.start()
+        return None
+
+    def _add_missing(self, extra: int) -> None:
+        msg = self._msg
+        assert msg is not None
+        last = msg.gaps[-1]
+        msg.gaps[-1] = BodyGap(last.body_offset, last.missing_bytes + extra)
+
+    def _feed_scan(self, data: bytes, pos: int, ts: int) -> int:
+        tail = self._scan_tail
+        buf = tail + data[pos:] if tail or pos else data
+        match = self._start_line.search(buf)
+        if match is None:
+            self.skipped_bytes += len(data) - pos
+            self._scan_tail = buf[-_SCAN_TAIL:]
+            return len(data)
+        self._synced = True
+        self._scan_tail = b""
+        at = match.start() - len(tail)
+        if at >= 0:
+            self.skipped_bytes += at
+            self._state = _IDLE
+            return pos + at
+        # The start line began in the kept tail: feed that part first.
+        self._state = _IDLE
+        self.feed(tail[match.start() :], ts)
+        return pos
+
+    def _body(self, data: bytes, ts: int) -> None:
+        msg = self._msg
+        if msg is None or msg.decode_stopped or not data:
+            return
+        if msg.decoder is not None:
+            try:
+                data = msg.decoder.decode(data)
+            except ContentDecodingError as exc:
+                msg.problems.append(Problem(ProblemKind.PARSE_ERROR, str(exc)))
+                msg.decode_stopped = True
+                return
+        if msg.body_len + len(data) > self.limits.max_body_bytes:
+            msg.problems.append(
+                Problem(
+                    ProblemKind.TRUNCATED,
+                    f"body longer than {self.limits.max_body_bytes} bytes; the rest is not kept",
+                )
+            )
+            msg.decode_stopped = True
+            return
+        msg.body.append(data)
+        msg.body_len += len(data)
+        if msg.sse is not None:
+            msg.sse.feed(data, ts)
+
+    def _body_gap(self, missing: int) -> None:
+        msg = self._msg
+        assert msg is not None
+        msg.gaps.append(BodyGap(msg.body_len, missing))
+        if msg.decoder is not None and not msg.decode_stopped:
+            msg.decode_stopped = True
+            msg.problems.append(
+                Problem(
+                    ProblemKind.GAP,
+                    f"{msg.content_encoding} body cannot be decoded past a gap; cut there",
+                )
+            )
+        if msg.sse is not None:
+            msg.sse.gap()
+
+    def _complete(self) -> None:
+        self._finish()
+        self._state = _IDLE
+
+    def _finish(self) -> None:
+        msg = self._msg
+        if msg is None:
+            return
+        self._msg = None
+        self._parser = None
+        self.messages += 1
+        if msg.gaps:
+            missing = sum(g.missing_bytes for g in msg.gaps)
+            msg.problems.insert(
+                0,
+                Problem(ProblemKind.GAP, f"{missing} body bytes missing in {len(msg.gaps)} gap(s)"),
+            )
+        self._deliver(msg)
+
+
+class RequestListener(ABC):
+    """What the request reader tells its connection."""
+
+    @abstractmethod
+    def request_started(self, ts_ns: int) -> None: ...
+
+    @abstractmethod
+    def request_head(self, method: str, target: str) -> bool:
+        """Returns whether this request's exchange is recorded (bodies kept)."""
+
+    @abstractmethod
+    def request_done(self, message: RequestMessage) -> None: ...
+
+
+class ResponseListener(ABC):
+    """What the response reader asks and tells its connection."""
+
+    @abstractmethod
+    def response_head(self, status: int, ts_ns: int) -> tuple[str, bool]:
+        """The method of the request this answers ("" if unknown) and whether it is kept."""
+
+    @abstractmethod
+    def response_done(self, message: ResponseMessage) -> None: ...
+
+
+class RequestReader(MessageReader):
+    _prime = _PRIME_REQUEST
+    _start_line = REQUEST_START
+
+    def __init__(self, limits: HttpLimits, listener: RequestListener) -> None:
+        super().__init__(limits)
+        self._listener = listener
+
+    def _new_parser(self) -> httptools.HttpRequestParser:
+        return httptools.HttpRequestParser(self)
+
+    def _started(self, ts_ns: int) -> None:
+        self._listener.request_started(ts_ns)
+
+    def _head(self, msg: _Message) -> bool:
+        parser = self._parser
+        assert isinstance(parser, httptools.HttpRequestParser)
+        msg.method = parser.get_method().decode("latin-1")
+        keep = self._listener.request_head(msg.method, msg.target)
+        transfer = msg.header("transfer-encoding")
+        length = msg.header("content-length")
+        if msg.upgrade:
+            self._complete()
+        elif transfer is not None:
+            if transfer.split(",")[-1].strip().lower() == "chunked":
+                self._state = _BODY_CHUNKED
+            else:
+                msg.problems.append(
+                    Problem(ProblemKind.PARSE_ERROR, f"request transfer-encoding {transfer!r}")
+                )
+                self._finish()
+                self._unsync()
+        elif length is not None and int(length.split(",")[0]) > 0:
+            self._remaining = int(length.split(",")[0])
+            self._state = _BODY_LENGTH
+        else:
+            self._complete()
+        return keep
+
+    def _deliver(self, msg: _Message) -> None:
+        self._listener.request_done(
+            RequestMessage(
+                method=msg.method,
+                target=msg.target,
+                version=msg.version,
+                headers=tuple(msg.headers),
+                trailers=tuple(msg.trailers),
+                body=b"".join(msg.body),
+                content_encoding=msg.content_encoding,
+                wire_body_length=msg.wire,
+                first_byte_ns=msg.first_ts,
+                last_byte_ns=msg.last_ts,
+                gaps=tuple(msg.gaps),
+                problems=tuple(msg.problems),
+            )
+        )
+
+
+class ResponseReader(MessageReader):
+    _prime = _PRIME_RESPONSE
+    _start_line = RESPONSE_START
+
+    def __init__(self, limits: HttpLimits, listener: ResponseListener) -> None:
+        super().__init__(limits)
+        self._listener = listener
+        self.upgraded = False
+
+    def _new_parser(self) -> httptools.HttpResponseParser:
+        return httptools.HttpResponseParser(self)
+
+    def _started(self, ts_ns: int) -> None:
+        return
+
+    def _head(self, msg: _Message) -> bool:
+        parser = self._parser
+        assert isinstance(parser, httptools.HttpResponseParser)
+        status = msg.status = parser.get_status_code()
+        method, keep = self._listener.response_head(status, msg.first_ts)
+        transfer = msg.header("transfer-encoding")
+        length = msg.header("content-length")
+        if status == 101 or (method == "CONNECT" and 200 <= status < 300):
+            self.upgraded = True
+            self._complete()
+            self._state = _UPGRADED
+        elif status < 200 or status in (204, 304) or method == "HEAD":
+            self._complete()
+        elif transfer is not None:
+            chunked = transfer.split(",")[-1].strip().lower() == "chunked"
+            self._state = _BODY_CHUNKED if chunked else _BODY_EOF
+        elif length is not None:
+            self._remaining = int(length.split(",")[0])
+            if self._remaining:
+                self._state = _BODY_LENGTH
+            else:
+                self._complete()
+        else:
+            self._state = _BODY_EOF
+        content_type = (msg.header("content-type") or "").split(";")[0].strip().lower()
+        if keep and content_type == "text/event-stream":
+            msg.sse = SseParser()
+        return keep
+
+    def _deliver(self, msg: _Message) -> None:
+        self._listener.response_done(
+            ResponseMessage(
+                status=msg.status,
+                reason=msg.reason,
+                version=msg.version,
+                headers=tuple(msg.headers),
+                trailers=tuple(msg.trailers),
+                body=b"".join(msg.body),
+                content_encoding=msg.content_encoding,
+                wire_body_length=msg.wire,
+                first_byte_ns=msg.first_ts,
+                last_byte_ns=msg.last_ts,
+                gaps=tuple(msg.gaps),
+                problems=tuple(msg.problems),
+                sse_events=tuple(msg.sse.events) if msg.sse is not None else (),
+                is_sse=msg.sse is not None,
+            )
+        )
