@@ -300,15 +300,21 @@ class GetVerdictRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     RECORD_ID_FIELD_NUMBER: _builtins.int
+    ORIGIN_FIELD_NUMBER: _builtins.int
     record_id: _builtins.str
+    origin: _builtins.str
+    """Record ids are unique per collector origin: name the origin when several
+    collectors may have sent the same id ("" = the first found).
+    """
     def __init__(
         self,
         *,
         record_id: _builtins.str = ...,
+        origin: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["record_id", b"record_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["origin", b"origin", "record_id", b"record_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -460,15 +466,19 @@ class GetRecordRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     RECORD_ID_FIELD_NUMBER: _builtins.int
+    ORIGIN_FIELD_NUMBER: _builtins.int
     record_id: _builtins.str
+    origin: _builtins.str
+    """As in GetVerdictRequest."""
     def __init__(
         self,
         *,
         record_id: _builtins.str = ...,
+        origin: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["record_id", b"record_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["origin", b"origin", "record_id", b"record_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -482,6 +492,11 @@ class GetRecordResponse(_message.Message):
     VERDICT_FIELD_NUMBER: _builtins.int
     TOKEN_IDS_FIELD_NUMBER: _builtins.int
     TOKEN_TEXTS_FIELD_NUMBER: _builtins.int
+    TOKENS_NOTE_FIELD_NUMBER: _builtins.int
+    tokens_note: _builtins.str
+    """Why token_texts is empty or partial (e.g. the commitment's tokenizer is
+    not in the weights cache); "" when every token has its text.
+    """
     @_builtins.property
     def record(self) -> _record_pb2.InferenceRecord: ...
     @_builtins.property
@@ -501,10 +516,11 @@ class GetRecordResponse(_message.Message):
         verdict: Global___Verdict | None = ...,
         token_ids: _abc.Iterable[_builtins.int] | None = ...,
         token_texts: _abc.Iterable[_builtins.str] | None = ...,
+        tokens_note: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["record", b"record", "verdict", b"verdict"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["record", b"record", "token_ids", b"token_ids", "token_texts", b"token_texts", "verdict", b"verdict"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["record", b"record", "token_ids", b"token_ids", "token_texts", b"token_texts", "tokens_note", b"tokens_note", "verdict", b"verdict"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -544,6 +560,7 @@ class Commitment(_message.Message):
     SETTINGS_FIELD_NUMBER: _builtins.int
     TENSOR_PARALLEL_SIZE_FIELD_NUMBER: _builtins.int
     FILE_DIGESTS_FIELD_NUMBER: _builtins.int
+    COMMITTED_SETTINGS_FIELD_NUMBER: _builtins.int
     commitment_id: _builtins.str
     dtype: _builtins.str
     max_model_len: _builtins.int
@@ -559,6 +576,12 @@ class Commitment(_message.Message):
     def file_digests(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
         """SHA-256 of each committed file, hex, by relative path."""
 
+    @_builtins.property
+    def committed_settings(self) -> Global___DifrSettings:
+        """The settings in the commitment file; `settings` above are the ones in
+        force (an operator's override from SetDifrSettings, else these).
+        """
+
     def __init__(
         self,
         *,
@@ -572,10 +595,11 @@ class Commitment(_message.Message):
         settings: Global___DifrSettings | None = ...,
         tensor_parallel_size: _builtins.int = ...,
         file_digests: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
+        committed_settings: Global___DifrSettings | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["settings", b"settings"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["committed_settings", b"committed_settings", "settings", b"settings"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["commitment_id", b"commitment_id", "dtype", b"dtype", "engine", b"engine", "engine_version", b"engine_version", "file_digests", b"file_digests", "max_model_len", b"max_model_len", "sampler_profile", b"sampler_profile", "served_model_names", b"served_model_names", "settings", b"settings", "tensor_parallel_size", b"tensor_parallel_size"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["commitment_id", b"commitment_id", "committed_settings", b"committed_settings", "dtype", b"dtype", "engine", b"engine", "engine_version", b"engine_version", "file_digests", b"file_digests", "max_model_len", b"max_model_len", "sampler_profile", b"sampler_profile", "served_model_names", b"served_model_names", "settings", b"settings", "tensor_parallel_size", b"tensor_parallel_size"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -791,10 +815,18 @@ class GetStatsResponse(_message.Message):
     VERDICTS_PER_SECOND_FIELD_NUMBER: _builtins.int
     VCA_FIELD_NUMBER: _builtins.int
     VCA_METHOD_FIELD_NUMBER: _builtins.int
+    INBOX_FIELD_NUMBER: _builtins.int
+    PENDING_FIELD_NUMBER: _builtins.int
+    ENTRIES_FIELD_NUMBER: _builtins.int
     verdicts_per_second: _builtins.float
     vca: _builtins.float
     """Verifier compute advantage over the recent window; 0 when unknown."""
     vca_method: _builtins.str
+    inbox: _builtins.int
+    """Entries received but not yet classified."""
+    pending: _builtins.int
+    """Records waiting for an engine, all commitments together."""
+    entries: _builtins.int
     @_builtins.property
     def intake(self) -> _containers.RepeatedCompositeFieldContainer[Global___CollectorIntake]: ...
     @_builtins.property
@@ -810,10 +842,13 @@ class GetStatsResponse(_message.Message):
         verdicts_per_second: _builtins.float = ...,
         vca: _builtins.float = ...,
         vca_method: _builtins.str = ...,
+        inbox: _builtins.int = ...,
+        pending: _builtins.int = ...,
+        entries: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["backlog", b"backlog", "intake", b"intake", "vca", b"vca", "vca_method", b"vca_method", "verdicts_by_status", b"verdicts_by_status", "verdicts_per_second", b"verdicts_per_second"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["backlog", b"backlog", "entries", b"entries", "inbox", b"inbox", "intake", b"intake", "pending", b"pending", "vca", b"vca", "vca_method", b"vca_method", "verdicts_by_status", b"verdicts_by_status", "verdicts_per_second", b"verdicts_per_second"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -865,3 +900,163 @@ class SetDifrSettingsResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___SetDifrSettingsResponse: _TypeAlias = SetDifrSettingsResponse  # noqa: Y015
+
+@_typing.final
+class ListPendingRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    COMMITMENT_ID_FIELD_NUMBER: _builtins.int
+    PAGE_SIZE_FIELD_NUMBER: _builtins.int
+    commitment_id: _builtins.str
+    """"" = every commitment."""
+    page_size: _builtins.int
+    """At most this many (default 100, at most 1000)."""
+    def __init__(
+        self,
+        *,
+        commitment_id: _builtins.str = ...,
+        page_size: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["commitment_id", b"commitment_id", "page_size", b"page_size"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListPendingRequest: _TypeAlias = ListPendingRequest  # noqa: Y015
+
+@_typing.final
+class PendingRecord(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    COMMITMENT_ID_FIELD_NUMBER: _builtins.int
+    ORIGIN_FIELD_NUMBER: _builtins.int
+    SEQ_FIELD_NUMBER: _builtins.int
+    RECORD_ID_FIELD_NUMBER: _builtins.int
+    MODEL_FIELD_NUMBER: _builtins.int
+    ATTEMPTS_FIELD_NUMBER: _builtins.int
+    ENQUEUED_AT_NS_FIELD_NUMBER: _builtins.int
+    NOT_BEFORE_NS_FIELD_NUMBER: _builtins.int
+    LAST_ERROR_FIELD_NUMBER: _builtins.int
+    commitment_id: _builtins.str
+    origin: _builtins.str
+    seq: _builtins.int
+    record_id: _builtins.str
+    model: _builtins.str
+    attempts: _builtins.int
+    """Engine failures so far."""
+    enqueued_at_ns: _builtins.int
+    not_before_ns: _builtins.int
+    """Not retried before this time (0 = ready now)."""
+    last_error: _builtins.str
+    def __init__(
+        self,
+        *,
+        commitment_id: _builtins.str = ...,
+        origin: _builtins.str = ...,
+        seq: _builtins.int = ...,
+        record_id: _builtins.str = ...,
+        model: _builtins.str = ...,
+        attempts: _builtins.int = ...,
+        enqueued_at_ns: _builtins.int = ...,
+        not_before_ns: _builtins.int = ...,
+        last_error: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempts", b"attempts", "commitment_id", b"commitment_id", "enqueued_at_ns", b"enqueued_at_ns", "last_error", b"last_error", "model", b"model", "not_before_ns", b"not_before_ns", "origin", b"origin", "record_id", b"record_id", "seq", b"seq"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PendingRecord: _TypeAlias = PendingRecord  # noqa: Y015
+
+@_typing.final
+class ListPendingResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PENDING_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def pending(self) -> _containers.RepeatedCompositeFieldContainer[Global___PendingRecord]: ...
+    def __init__(
+        self,
+        *,
+        pending: _abc.Iterable[Global___PendingRecord] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["pending", b"pending"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListPendingResponse: _TypeAlias = ListPendingResponse  # noqa: Y015
+
+@_typing.final
+class ListAuditEventsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PAGE_SIZE_FIELD_NUMBER: _builtins.int
+    page_size: _builtins.int
+    """At most this many, newest first (default 100, at most 1000)."""
+    def __init__(
+        self,
+        *,
+        page_size: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["page_size", b"page_size"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListAuditEventsRequest: _TypeAlias = ListAuditEventsRequest  # noqa: Y015
+
+@_typing.final
+class AuditEvent(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    AT_NS_FIELD_NUMBER: _builtins.int
+    ACTOR_FIELD_NUMBER: _builtins.int
+    ACTION_FIELD_NUMBER: _builtins.int
+    DETAIL_JSON_FIELD_NUMBER: _builtins.int
+    at_ns: _builtins.int
+    actor: _builtins.str
+    """The client certificate subject that made the change."""
+    action: _builtins.str
+    """e.g. "set_difr_settings"."""
+    detail_json: _builtins.str
+    """What changed, as canonical JSON."""
+    def __init__(
+        self,
+        *,
+        at_ns: _builtins.int = ...,
+        actor: _builtins.str = ...,
+        action: _builtins.str = ...,
+        detail_json: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["action", b"action", "actor", b"actor", "at_ns", b"at_ns", "detail_json", b"detail_json"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AuditEvent: _TypeAlias = AuditEvent  # noqa: Y015
+
+@_typing.final
+class ListAuditEventsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    EVENTS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def events(self) -> _containers.RepeatedCompositeFieldContainer[Global___AuditEvent]: ...
+    def __init__(
+        self,
+        *,
+        events: _abc.Iterable[Global___AuditEvent] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["events", b"events"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListAuditEventsResponse: _TypeAlias = ListAuditEventsResponse  # noqa: Y015

@@ -75,6 +75,16 @@ class VerifierServiceStub:
                 request_serializer=veritap_dot_v1_dot_verifier__pb2.SetDifrSettingsRequest.SerializeToString,
                 response_deserializer=veritap_dot_v1_dot_verifier__pb2.SetDifrSettingsResponse.FromString,
                 _registered_method=True)
+        self.ListPending = channel.unary_unary(
+                '/veritap.v1.VerifierService/ListPending',
+                request_serializer=veritap_dot_v1_dot_verifier__pb2.ListPendingRequest.SerializeToString,
+                response_deserializer=veritap_dot_v1_dot_verifier__pb2.ListPendingResponse.FromString,
+                _registered_method=True)
+        self.ListAuditEvents = channel.unary_unary(
+                '/veritap.v1.VerifierService/ListAuditEvents',
+                request_serializer=veritap_dot_v1_dot_verifier__pb2.ListAuditEventsRequest.SerializeToString,
+                response_deserializer=veritap_dot_v1_dot_verifier__pb2.ListAuditEventsResponse.FromString,
+                _registered_method=True)
 
 
 class VerifierServiceServicer:
@@ -130,6 +140,20 @@ class VerifierServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListPending(self, request, context):
+        """Records waiting for their commitment's engine, oldest first.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListAuditEvents(self, request, context):
+        """The audit log (settings changes: who, when, what), newest first.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_VerifierServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -172,6 +196,16 @@ def add_VerifierServiceServicer_to_server(servicer, server):
                     servicer.SetDifrSettings,
                     request_deserializer=veritap_dot_v1_dot_verifier__pb2.SetDifrSettingsRequest.FromString,
                     response_serializer=veritap_dot_v1_dot_verifier__pb2.SetDifrSettingsResponse.SerializeToString,
+            ),
+            'ListPending': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListPending,
+                    request_deserializer=veritap_dot_v1_dot_verifier__pb2.ListPendingRequest.FromString,
+                    response_serializer=veritap_dot_v1_dot_verifier__pb2.ListPendingResponse.SerializeToString,
+            ),
+            'ListAuditEvents': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListAuditEvents,
+                    request_deserializer=veritap_dot_v1_dot_verifier__pb2.ListAuditEventsRequest.FromString,
+                    response_serializer=veritap_dot_v1_dot_verifier__pb2.ListAuditEventsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -391,6 +425,60 @@ class VerifierService:
             '/veritap.v1.VerifierService/SetDifrSettings',
             veritap_dot_v1_dot_verifier__pb2.SetDifrSettingsRequest.SerializeToString,
             veritap_dot_v1_dot_verifier__pb2.SetDifrSettingsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListPending(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/veritap.v1.VerifierService/ListPending',
+            veritap_dot_v1_dot_verifier__pb2.ListPendingRequest.SerializeToString,
+            veritap_dot_v1_dot_verifier__pb2.ListPendingResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListAuditEvents(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/veritap.v1.VerifierService/ListAuditEvents',
+            veritap_dot_v1_dot_verifier__pb2.ListAuditEventsRequest.SerializeToString,
+            veritap_dot_v1_dot_verifier__pb2.ListAuditEventsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -42,6 +42,10 @@ class VerifierServiceStub:
     GetStats: _grpc.UnaryUnaryMultiCallable[_verifier_pb2.GetStatsRequest, _verifier_pb2.GetStatsResponse]
     SetDifrSettings: _grpc.UnaryUnaryMultiCallable[_verifier_pb2.SetDifrSettingsRequest, _verifier_pb2.SetDifrSettingsResponse]
     """Admin role only; every change is written to the audit log."""
+    ListPending: _grpc.UnaryUnaryMultiCallable[_verifier_pb2.ListPendingRequest, _verifier_pb2.ListPendingResponse]
+    """Records waiting for their commitment's engine, oldest first."""
+    ListAuditEvents: _grpc.UnaryUnaryMultiCallable[_verifier_pb2.ListAuditEventsRequest, _verifier_pb2.ListAuditEventsResponse]
+    """The audit log (settings changes: who, when, what), newest first."""
 
 @_typing.type_check_only
 class VerifierServiceAsyncStub(VerifierServiceStub):
@@ -57,6 +61,10 @@ class VerifierServiceAsyncStub(VerifierServiceStub):
     GetStats: _aio.UnaryUnaryMultiCallable[_verifier_pb2.GetStatsRequest, _verifier_pb2.GetStatsResponse]  # type: ignore[assignment]
     SetDifrSettings: _aio.UnaryUnaryMultiCallable[_verifier_pb2.SetDifrSettingsRequest, _verifier_pb2.SetDifrSettingsResponse]  # type: ignore[assignment]
     """Admin role only; every change is written to the audit log."""
+    ListPending: _aio.UnaryUnaryMultiCallable[_verifier_pb2.ListPendingRequest, _verifier_pb2.ListPendingResponse]  # type: ignore[assignment]
+    """Records waiting for their commitment's engine, oldest first."""
+    ListAuditEvents: _aio.UnaryUnaryMultiCallable[_verifier_pb2.ListAuditEventsRequest, _verifier_pb2.ListAuditEventsResponse]  # type: ignore[assignment]
+    """The audit log (settings changes: who, when, what), newest first."""
 
 class VerifierServiceServicer(metaclass=_abc_1.ABCMeta):
     """verifierd's query and admin API."""
@@ -117,5 +125,21 @@ class VerifierServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_verifier_pb2.SetDifrSettingsResponse, _abc.Awaitable[_verifier_pb2.SetDifrSettingsResponse]]:
         """Admin role only; every change is written to the audit log."""
+
+    @_abc_1.abstractmethod
+    def ListPending(
+        self,
+        request: _verifier_pb2.ListPendingRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_verifier_pb2.ListPendingResponse, _abc.Awaitable[_verifier_pb2.ListPendingResponse]]:
+        """Records waiting for their commitment's engine, oldest first."""
+
+    @_abc_1.abstractmethod
+    def ListAuditEvents(
+        self,
+        request: _verifier_pb2.ListAuditEventsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_verifier_pb2.ListAuditEventsResponse, _abc.Awaitable[_verifier_pb2.ListAuditEventsResponse]]:
+        """The audit log (settings changes: who, when, what), newest first."""
 
 def add_VerifierServiceServicer_to_server(servicer: VerifierServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
