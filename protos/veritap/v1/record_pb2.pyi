@@ -137,6 +137,32 @@ class Header(_message.Message):
 Global___Header: _TypeAlias = Header  # noqa: Y015
 
 @_typing.final
+class BodyGap(_message.Message):
+    """A hole in a captured body: bytes that never appeared on the tap."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    BODY_OFFSET_FIELD_NUMBER: _builtins.int
+    MISSING_BYTES_FIELD_NUMBER: _builtins.int
+    body_offset: _builtins.int
+    """Length of the (de-chunked, decompressed) body kept before the hole."""
+    missing_bytes: _builtins.int
+    """Bytes lost on the wire (a lower bound when the hole's end was resynchronised)."""
+    def __init__(
+        self,
+        *,
+        body_offset: _builtins.int = ...,
+        missing_bytes: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["body_offset", b"body_offset", "missing_bytes", b"missing_bytes"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___BodyGap: _TypeAlias = BodyGap  # noqa: Y015
+
+@_typing.final
 class HttpRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -147,6 +173,8 @@ class HttpRequest(_message.Message):
     BODY_FIELD_NUMBER: _builtins.int
     CONTENT_ENCODING_FIELD_NUMBER: _builtins.int
     WIRE_BODY_LENGTH_FIELD_NUMBER: _builtins.int
+    TRAILERS_FIELD_NUMBER: _builtins.int
+    GAPS_FIELD_NUMBER: _builtins.int
     method: _builtins.str
     target: _builtins.str
     host: _builtins.str
@@ -162,6 +190,14 @@ class HttpRequest(_message.Message):
         transfer-encoding, user-agent, ...); never Authorization or Cookie.
         """
 
+    @_builtins.property
+    def trailers(self) -> _containers.RepeatedCompositeFieldContainer[Global___Header]:
+        """Trailer fields after a chunked body."""
+
+    @_builtins.property
+    def gaps(self) -> _containers.RepeatedCompositeFieldContainer[Global___BodyGap]:
+        """Holes in the body, in order (empty when the body was seen whole)."""
+
     def __init__(
         self,
         *,
@@ -172,10 +208,12 @@ class HttpRequest(_message.Message):
         body: _builtins.bytes = ...,
         content_encoding: _builtins.str = ...,
         wire_body_length: _builtins.int = ...,
+        trailers: _abc.Iterable[Global___Header] | None = ...,
+        gaps: _abc.Iterable[Global___BodyGap] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["body", b"body", "content_encoding", b"content_encoding", "headers", b"headers", "host", b"host", "method", b"method", "target", b"target", "wire_body_length", b"wire_body_length"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["body", b"body", "content_encoding", b"content_encoding", "gaps", b"gaps", "headers", b"headers", "host", b"host", "method", b"method", "target", b"target", "trailers", b"trailers", "wire_body_length", b"wire_body_length"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -224,6 +262,8 @@ class HttpResponse(_message.Message):
     CONTENT_ENCODING_FIELD_NUMBER: _builtins.int
     WIRE_BODY_LENGTH_FIELD_NUMBER: _builtins.int
     SSE_EVENTS_FIELD_NUMBER: _builtins.int
+    TRAILERS_FIELD_NUMBER: _builtins.int
+    GAPS_FIELD_NUMBER: _builtins.int
     status: _builtins.int
     reason: _builtins.str
     body: _builtins.bytes
@@ -236,6 +276,10 @@ class HttpResponse(_message.Message):
     def sse_events(self) -> _containers.RepeatedCompositeFieldContainer[Global___SseEvent]:
         """For text/event-stream responses: every event in order with its arrival time."""
 
+    @_builtins.property
+    def trailers(self) -> _containers.RepeatedCompositeFieldContainer[Global___Header]: ...
+    @_builtins.property
+    def gaps(self) -> _containers.RepeatedCompositeFieldContainer[Global___BodyGap]: ...
     def __init__(
         self,
         *,
@@ -246,10 +290,12 @@ class HttpResponse(_message.Message):
         content_encoding: _builtins.str = ...,
         wire_body_length: _builtins.int = ...,
         sse_events: _abc.Iterable[Global___SseEvent] | None = ...,
+        trailers: _abc.Iterable[Global___Header] | None = ...,
+        gaps: _abc.Iterable[Global___BodyGap] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["body", b"body", "content_encoding", b"content_encoding", "headers", b"headers", "reason", b"reason", "sse_events", b"sse_events", "status", b"status", "wire_body_length", b"wire_body_length"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["body", b"body", "content_encoding", b"content_encoding", "gaps", b"gaps", "headers", b"headers", "reason", b"reason", "sse_events", b"sse_events", "status", b"status", "trailers", b"trailers", "wire_body_length", b"wire_body_length"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -414,11 +460,21 @@ class Choice(_message.Message):
     TEXT_FIELD_NUMBER: _builtins.int
     TOKEN_IDS_FIELD_NUMBER: _builtins.int
     FINISH_REASON_FIELD_NUMBER: _builtins.int
+    PROMPT_TOKEN_IDS_FIELD_NUMBER: _builtins.int
+    STOP_REASON_JSON_FIELD_NUMBER: _builtins.int
     index: _builtins.int
     text: _builtins.str
     finish_reason: _builtins.str
+    stop_reason_json: _builtins.str
+    """The stop string or token id that ended the choice, as JSON ("" when absent)."""
     @_builtins.property
     def token_ids(self) -> Global___TokenIds: ...
+    @_builtins.property
+    def prompt_token_ids(self) -> Global___TokenIds:
+        """Completions only: the prompt this choice continues (a request may carry several
+        prompts; vLLM returns each choice's prompt_token_ids with the choice).
+        """
+
     def __init__(
         self,
         *,
@@ -426,10 +482,12 @@ class Choice(_message.Message):
         text: _builtins.str = ...,
         token_ids: Global___TokenIds | None = ...,
         finish_reason: _builtins.str = ...,
+        prompt_token_ids: Global___TokenIds | None = ...,
+        stop_reason_json: _builtins.str = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["token_ids", b"token_ids"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["prompt_token_ids", b"prompt_token_ids", "token_ids", b"token_ids"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["finish_reason", b"finish_reason", "index", b"index", "text", b"text", "token_ids", b"token_ids"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["finish_reason", b"finish_reason", "index", b"index", "prompt_token_ids", b"prompt_token_ids", "stop_reason_json", b"stop_reason_json", "text", b"text", "token_ids", b"token_ids"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
