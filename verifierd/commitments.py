@@ -71,6 +71,52 @@ DEFAULT_DIFR = DifrSettings(threshold=0.05, delta_max=10.0, sample_rate=1.0)
 
 
 @dataclass(frozen=True)
+class GenerationDefaults:
+    """Sampling values the prover's server uses for fields a request leaves out.
+
+    vLLM's OpenAI server takes them from the model's generation_config.json
+    (``--generation-config auto``, its default) and falls back to these neutral
+    values (``--generation-config vllm``); the commitment records which ones apply.
+    """
+
+    temperature: float = 1.0
+    top_p: float = 1.0
+    #: 0 (or -1) disables top-k, as in vLLM.
+    top_k: int = 0
+    min_p: float = 0.0
+    repetition_penalty: float = 1.0
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+
+    def to_json(self) -> dict[str, float | int]:
+        return dict(self.__dict__)
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> GenerationDefaults:
+        floats = {
+            name: float(_typed(value, (int, float)))
+            for name, value in data.items()
+            if name != "top_k"
+        }
+        return cls(top_k=_typed(data.get("top_k", 0), int), **floats)
+
+    @classmethod
+    def of_model_dir(cls, model_dir: Path) -> GenerationDefaults:
+        """What vLLM 0.32 applies with ``--generation-config auto``: the non-default
+        entries of the model's generation config (transformers' ``to_diff_dict``, as
+        vllm.config.model.get_diff_sampling_param reads it), restricted to the
+        sampling keys vLLM takes from there."""
+        from transformers import AutoConfig, GenerationConfig
+
+        try:
+            config = GenerationConfig.from_pretrained(model_dir)
+        except OSError:
+            config = GenerationConfig.from_model_config(AutoConfig.from_pretrained(model_dir))
+        diff = config.to_diff_dict()
+        return cls.from_json({k: diff[k] for k in cls().__dict__ if diff.get(k) is not None})
+
+
+@dataclass(frozen=True)
 class FileDigest:
     #: Path relative to the model directory, "/"-separated.
     path: str
@@ -91,6 +137,7 @@ class Commitment:
     engine_version: str
     tensor_parallel_size: int
     difr: DifrSettings
+    generation_defaults: GenerationDefaults = GenerationDefaults()
 
     def __post_init__(self) -> None:
         if not self.served_model_names or not all(self.served_model_names):
@@ -170,6 +217,7 @@ class Commitment:
                 "delta_max": self.difr.delta_max,
                 "sample_rate": self.difr.sample_rate,
             },
+            "generation_defaults": self.generation_defaults.to_json(),
         }
 
 
@@ -250,12 +298,23 @@ def commit_model_dir(
     max_model_len: int | None = None,
     tensor_parallel_size: int = 1,
     difr: DifrSettings = DEFAULT_DIFR,
+    generation_config: str = "auto",
 ) -> Commitment:
     """Build the commitment for a model directory, hashing every committed file.
 
     dtype and max_model_len default to the model's config.json (`torch_dtype`
-    or `dtype`, `max_position_embeddings`).
+    or `dtype`, `max_position_embeddings`). ``generation_config`` is the prover's
+    vLLM setting of that name: "auto" (sampling defaults from the model's
+    generation_config.json) or "vllm" (neutral defaults).
     """
+    if generation_config not in ("auto", "vllm"):
+        raise CommitmentError(f"generation_config must be 'auto' or 'vllm': {generation_config!r}")
+    defaults = GenerationDefaults()
+    if generation_config == "auto":
+        try:
+            defaults = GenerationDefaults.of_model_dir(model_dir)
+        except (TypeError, ValueError, OSError) as exc:
+            raise CommitmentError(f"{model_dir}/generation_config.json: {exc}") from exc
     config = _read_json(model_dir / "config.json")
     if dtype is None:
         found = config.get("torch_dtype", config.get("dtype"))
@@ -278,6 +337,7 @@ def commit_model_dir(
         engine_version=engine_version,
         tensor_parallel_size=tensor_parallel_size,
         difr=difr,
+        generation_defaults=defaults,
     )
 
 
@@ -319,6 +379,7 @@ def _from_body(data: Mapping[str, Any]) -> Commitment:
         "engine_version",
         "tensor_parallel_size",
         "difr",
+        "generation_defaults",
     }
     if set(data) != expected:
         extra, missing = set(data) - expected, expected - set(data)
@@ -328,6 +389,9 @@ def _from_body(data: Mapping[str, Any]) -> Commitment:
         for path, v in sorted(data["files"].items())
     )
     difr = data["difr"]
+    defaults = data["generation_defaults"]
+    if not isinstance(defaults, dict) or set(defaults) != set(GenerationDefaults().__dict__):
+        raise CommitmentError("generation_defaults must name exactly the vLLM default keys")
     return Commitment(
         served_model_names=tuple(_typed(n, str) for n in data["served_model_names"]),
         files=files,
@@ -343,6 +407,7 @@ def _from_body(data: Mapping[str, Any]) -> Commitment:
             delta_max=float(_typed(difr["delta_max"], (int, float))),
             sample_rate=float(_typed(difr["sample_rate"], (int, float))),
         ),
+        generation_defaults=GenerationDefaults.from_json(defaults),
     )
 
 

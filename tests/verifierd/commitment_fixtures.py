@@ -19,7 +19,12 @@ def make_model_dir(root: Path, *, seed: int = 0) -> Path:
         {"w": rng.standard_normal((4, 4)).astype(np.float32)}, str(root / "model.safetensors")
     )
     (root / "config.json").write_text(
-        json.dumps({"torch_dtype": "float32", "max_position_embeddings": 512})
+        json.dumps(
+            {"model_type": "llama", "torch_dtype": "float32", "max_position_embeddings": 512}
+        )
+    )
+    (root / "generation_config.json").write_text(
+        json.dumps({"temperature": 0.7, "top_k": 50, "do_sample": True, "eos_token_id": 2})
     )
     (root / "tokenizer.json").write_text('{"version": "1.0"}')
     (root / "tokenizer_config.json").write_text(

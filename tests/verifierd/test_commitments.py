@@ -6,16 +6,17 @@ import json
 from pathlib import Path
 
 import pytest
-from commitment_fixtures import commit, make_model_dir
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.verifierd.commitment_fixtures import commit, make_model_dir
 from verifierd.commitments import (
     Commitment,
     CommitmentError,
     CommitmentRegistry,
     DifrSettings,
     FileDigest,
+    GenerationDefaults,
     load_commitment,
     parse_commitment,
     write_commitment,
@@ -26,6 +27,7 @@ def test_commit_covers_every_model_file(tmp_path: Path) -> None:
     c = commit(make_model_dir(tmp_path / "m"))
     assert [f.path for f in c.files] == [
         "config.json",
+        "generation_config.json",
         "model.safetensors",
         "tokenizer.json",
         "tokenizer_config.json",
@@ -33,6 +35,10 @@ def test_commit_covers_every_model_file(tmp_path: Path) -> None:
     assert c.dtype == "float32"
     assert c.max_model_len == 512
     assert "messages" in c.chat_template
+    # What vLLM's --generation-config auto applies; do_sample and eos are not sampling keys.
+    assert c.generation_defaults == GenerationDefaults(temperature=0.7, top_k=50)
+    neutral = commit(tmp_path / "m", generation_config="vllm")
+    assert neutral.generation_defaults == GenerationDefaults()
     assert len(c.commitment_id) == 64
     assert c.weights_bytes == (tmp_path / "m" / "model.safetensors").stat().st_size
 
@@ -122,17 +128,25 @@ _FILES = st.dictionaries(
 ).map(lambda d: {"w.safetensors": ("0" * 64, 1), **d})
 
 
+@settings(deadline=None)
 @given(
     names=st.lists(_NAMES, min_size=1, max_size=3, unique=True),
     files=_FILES,
     template=st.text(max_size=30),
     difr=st.tuples(st.floats(0, 10), st.floats(0.01, 50), st.floats(0, 1)),
+    defaults=st.builds(
+        GenerationDefaults,
+        temperature=st.floats(0, 2),
+        top_p=st.floats(0.01, 1),
+        top_k=st.integers(-1, 100),
+    ),
 )
 def test_any_commitment_round_trips(
     names: list[str],
     files: dict[str, tuple[str, int]],
     template: str,
     difr: tuple[float, float, float],
+    defaults: GenerationDefaults,
 ) -> None:
     c = Commitment(
         served_model_names=tuple(names),
@@ -145,12 +159,14 @@ def test_any_commitment_round_trips(
         engine_version="0.32.0",
         tensor_parallel_size=8,
         difr=DifrSettings(*difr),
+        generation_defaults=defaults,
     )
     parsed = parse_commitment(c.to_json())
     assert parsed == c
     assert parsed.commitment_id == c.commitment_id
 
 
+@settings(deadline=None)
 @given(st.text(max_size=200))
 def test_arbitrary_text_is_refused_cleanly(text: str) -> None:
     with pytest.raises(CommitmentError):

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from verifierd.config import ConfigError, load_config, parse_config
@@ -143,6 +143,7 @@ _DOCS = st.recursive(
 )
 
 
+@settings(deadline=None)
 @given(_DOCS)
 def test_any_document_parses_or_names_a_problem(doc: dict[str, Any]) -> None:
     try:

@@ -6,8 +6,8 @@ import os
 from pathlib import Path
 
 import pytest
-from commitment_fixtures import commit, make_model_dir
 
+from tests.verifierd.commitment_fixtures import commit, make_model_dir
 from verifierd.weights_cache import WeightsCache, WeightsMismatchError, WeightsMissingError
 
 
