@@ -34,8 +34,8 @@ class EnginesConfig:
     device: str = "cpu"
     #: CPU: memory all loaded engines may use together (weights + KV cache).
     cpu_memory_budget_gib: float = 8.0
-    #: KV cache per CPU engine (VLLM_CPU_KVCACHE_SPACE).
-    cpu_kv_space_gib: float = 1.0
+    #: KV cache per CPU engine in whole GiB (VLLM_CPU_KVCACHE_SPACE).
+    cpu_kv_space_gib: int = 1
     #: CUDA: GPUs this verifierd may use (indices as nvidia-smi shows them).
     gpu_indices: tuple[int, ...] = ()
     #: CUDA: fraction of each GPU's memory one engine takes on each of its GPUs.
@@ -60,6 +60,8 @@ class SchedulerConfig:
     poll_interval_s: float = 0.2
     #: Records classified per store transaction.
     classify_batch: int = 256
+    #: Leave a loaded engine for another commitment whose oldest record waited this long.
+    switch_after_s: float = 60.0
 
 
 @dataclass(frozen=True)
@@ -87,9 +89,14 @@ class ServiceConfig:
     """Where the VerifierService listens."""
 
     listen: str = "127.0.0.1:50061"
+    #: CA that signs client certificates (mTLS); "" = no client certificates asked.
     ca_file: str = ""
+    #: Server certificate and key ("" = plaintext, loopback only).
     cert_file: str = ""
     key_file: str = ""
+    #: Client certificate subjects ("CN=ops-admin,O=veritap") or common names with the
+    #: admin role (SetDifrSettings).
+    admin_subjects: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -172,7 +179,7 @@ def _engines(s: _Section) -> EnginesConfig:
     cfg = EnginesConfig(
         device=device,
         cpu_memory_budget_gib=s.number("cpu_memory_budget_gib", 8.0, minimum=0.1),
-        cpu_kv_space_gib=s.number("cpu_kv_space_gib", 1.0, minimum=0.01),
+        cpu_kv_space_gib=s.integer("cpu_kv_space_gib", 1, minimum=1),
         gpu_indices=s.int_list("gpu_indices", ()),
         gpu_memory_utilization=s.number("gpu_memory_utilization", 0.85, minimum=0.01, maximum=1.0),
         idle_unload_s=s.number("idle_unload_s", 300.0, minimum=0.0),
@@ -193,6 +200,7 @@ def _scheduler(s: _Section) -> SchedulerConfig:
         backoff_max_s=s.number("backoff_max_s", 300.0, minimum=0.0),
         poll_interval_s=s.number("poll_interval_s", 0.2, minimum=0.001),
         classify_batch=s.integer("classify_batch", 256, minimum=1),
+        switch_after_s=s.number("switch_after_s", 60.0, minimum=0.0),
     )
     s.reject_unknown()
     return cfg
@@ -204,7 +212,10 @@ def _service(s: _Section, base: Path) -> ServiceConfig:
         ca_file=s.file("ca_file", base),
         cert_file=s.file("cert_file", base),
         key_file=s.file("key_file", base),
+        admin_subjects=s.string_list("admin_subjects", ()),
     )
+    if bool(cfg.cert_file) != bool(cfg.key_file):
+        raise ConfigError(f"{s.name}: cert_file and key_file go together")
     s.reject_unknown()
     return cfg
 

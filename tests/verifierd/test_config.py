@@ -50,6 +50,7 @@ max_attempts = 3
 listen = "0.0.0.0:50061"
 cert_file = "tls/server.pem"
 key_file = "tls/server.key"
+admin_subjects = ["CN=ops-admin,O=veritap"]
 
 [[collectors]]
 origin = "edge-1"
@@ -65,6 +66,7 @@ models = ["llama"]
     assert config.engines.gpu_indices == (0, 1, 2, 3)
     assert config.engines.idle_unload_s == 60.0
     assert config.service.cert_file == str(tmp_path / "tls/server.pem")
+    assert config.service.admin_subjects == ("CN=ops-admin,O=veritap",)
     assert config.collectors[0].models == ("llama",)
     assert config.collectors[0].window == 4096
 
