@@ -1,0 +1,90 @@
+"""Choosing how to meter: NVML GPM where the GPUs have it, NVML utilisation on older GPUs,
+CPU-seconds where there is no NVML at all."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from verifierd.meter.cpu import CpuSampler
+from verifierd.meter.errors import MeterUnavailableError
+from verifierd.meter.nvml_gpm import GpmSampler, PynvmlGpmApi
+from verifierd.meter.nvml_utilization import PynvmlUtilizationApi, UtilizationSampler
+from verifierd.meter.readings import Method
+from verifierd.meter.sampling import DEFAULT_CAPACITY, Meter, Sampler
+
+log = logging.getLogger(__name__)
+
+AUTO = "auto"
+CHOICES: tuple[str, ...] = (AUTO, *(m.value for m in Method))
+
+
+@dataclass(frozen=True, slots=True)
+class MeterSettings:
+    """The [meter] section of a daemon's config.
+
+    `method`: "auto" (GPM, else utilisation, else CPU-seconds), or one method by name, which is
+    then required. `gpus`: the NVML indices to sample (None: all). `interval_s`: the sampling
+    period (0.1 s = 10 Hz; GPM needs at least 0.1 s). `capacity`: readings kept per target.
+    """
+
+    method: str = AUTO
+    interval_s: float = 0.1
+    gpus: tuple[int, ...] | None = None
+    capacity: int = DEFAULT_CAPACITY
+
+    def __post_init__(self) -> None:
+        if self.method not in CHOICES:
+            raise ValueError(f"meter.method must be one of {', '.join(CHOICES)}: {self.method!r}")
+        if self.interval_s <= 0:
+            raise ValueError(f"meter.interval_s must be positive: {self.interval_s}")
+
+
+def _gpm(gpus: Sequence[int] | None) -> Sampler:
+    api = PynvmlGpmApi()
+    try:
+        return GpmSampler(api, gpus)
+    except Exception:
+        api.close()
+        raise
+
+
+def _utilization(gpus: Sequence[int] | None) -> Sampler:
+    api = PynvmlUtilizationApi()
+    try:
+        return UtilizationSampler(api, gpus)
+    except Exception:
+        api.close()
+        raise
+
+
+def open_sampler(settings: MeterSettings) -> tuple[Sampler, tuple[str, ...]]:
+    """The sampler `settings` ask for and, for "auto", why each better method was passed over.
+
+    Raises MeterUnavailableError when a method named explicitly cannot work here.
+    """
+    if settings.method == Method.NVML_GPM:
+        return _gpm(settings.gpus), ()
+    if settings.method == Method.NVML_UTILIZATION:
+        return _utilization(settings.gpus), ()
+    if settings.method == Method.CPU_SECONDS:
+        return CpuSampler(), ()
+    skipped: list[str] = []
+    for method, opener in ((Method.NVML_GPM, _gpm), (Method.NVML_UTILIZATION, _utilization)):
+        try:
+            return opener(settings.gpus), tuple(skipped)
+        except MeterUnavailableError as exc:
+            skipped.append(f"{method}: {exc}")
+            log.info("meter method unavailable", extra={"method": str(method), "reason": str(exc)})
+    return CpuSampler(), tuple(skipped)
+
+
+def open_meter(settings: MeterSettings) -> Meter:
+    """A Meter for `settings`, not yet started."""
+    sampler, _ = open_sampler(settings)
+    return Meter(
+        sampler,
+        interval_s=max(settings.interval_s, sampler.min_interval_s),
+        capacity=settings.capacity,
+    )
