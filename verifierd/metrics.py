@@ -1,0 +1,200 @@
+"""verifierd's Prometheus metrics: one registry, one object per metric, served at /metrics.
+
+The daemon creates one `VerifierMetrics`, hands it to intake, the scheduler and the engine pool,
+subscribes `record_reading` to its meter (`meter.subscribe(metrics.reading_callback(meter))`),
+and serves it with `metrics.serve("127.0.0.1:9401")`. Labels: `origin` (a collector),
+`commitment` (a commitment id), `status` (a verdict status in lower case: "pass", "fail", ...),
+`target` ("gpu0", "pid1234": what the meter measured), `method` (nvml-gpm, nvml-utilization,
+cpu-seconds).
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from veritap.metrics_http import MetricsServer, serve_metrics
+from veritap.v1 import verifier_pb2
+
+from verifierd.meter.readings import Method, Reading
+from verifierd.meter.sampling import Meter, ReadingCallback
+
+_PREFIX = "veritap_verifier_"
+
+# From a small CPU batch to a large prefill on a slow engine.
+_SECONDS_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
+_LOAD_BUCKETS = (1, 5, 10, 30, 60, 120, 300, 600, 900, 1800)
+_BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+
+
+def status_label(status: int) -> str:
+    """`VERDICT_STATUS_PASS` (1) -> "pass"."""
+    name = verifier_pb2.VerdictStatus.Name(status)  # type: ignore[arg-type]
+    return name.removeprefix("VERDICT_STATUS_").lower()
+
+
+class VerifierMetrics:
+    """Every metric verifierd exports. Attributes are prometheus-client metric objects."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = CollectorRegistry() if registry is None else registry
+        r = self.registry
+        # Intake.
+        self.intake_entries = Counter(
+            _PREFIX + "intake_entries",
+            "Log entries received from a collector, verified and stored.",
+            ["origin"],
+            registry=r,
+        )
+        self.intake_lag = Gauge(
+            _PREFIX + "intake_lag_entries",
+            "Entries a collector has that this verifier has not stored yet "
+            "(collector head seq - stored seq).",
+            ["origin"],
+            registry=r,
+        )
+        self.intake_alerts = Counter(
+            _PREFIX + "intake_alerts",
+            "Times intake from a collector stopped on evidence (fork, gap, bad signature).",
+            ["origin", "reason"],
+            registry=r,
+        )
+        # Work queue.
+        self.backlog = Gauge(
+            _PREFIX + "backlog_records",
+            "Records waiting for their commitment's engine.",
+            ["commitment"],
+            registry=r,
+        )
+        self.backlog_oldest_age = Gauge(
+            _PREFIX + "backlog_oldest_age_seconds",
+            "How long the oldest waiting record of a commitment has waited.",
+            ["commitment"],
+            registry=r,
+        )
+        self.verdicts = Counter(
+            _PREFIX + "verdicts",
+            "Verdicts decided, by commitment and status.",
+            ["commitment", "status"],
+            registry=r,
+        )
+        # Engines.
+        self.engine_loads = Counter(
+            _PREFIX + "engine_loads",
+            "Engine loads, by outcome (ok, failed, weights_mismatch, timeout).",
+            ["commitment", "outcome"],
+            registry=r,
+        )
+        self.engine_unloads = Counter(
+            _PREFIX + "engine_unloads",
+            "Engine unloads, by reason (idle, evicted, failed, shutdown).",
+            ["commitment", "reason"],
+            registry=r,
+        )
+        self.engines_loaded = Gauge(
+            _PREFIX + "engines_loaded",
+            "Engines loaded and ready or busy now.",
+            registry=r,
+        )
+        self.engine_load_seconds = Histogram(
+            _PREFIX + "engine_load_seconds",
+            "Time from starting an engine to its being ready.",
+            ["commitment"],
+            buckets=_LOAD_BUCKETS,
+            registry=r,
+        )
+        self.batch_records = Histogram(
+            _PREFIX + "batch_records",
+            "Records per engine batch.",
+            ["commitment"],
+            buckets=_BATCH_BUCKETS,
+            registry=r,
+        )
+        self.prefill_seconds = Histogram(
+            _PREFIX + "prefill_seconds",
+            "Engine time of one batch's verification prefill.",
+            ["commitment"],
+            buckets=_SECONDS_BUCKETS,
+            registry=r,
+        )
+        self.scoring_seconds = Histogram(
+            _PREFIX + "scoring_seconds",
+            "Time to rebuild the sampler noise and score one batch with Token-DiFR.",
+            ["commitment"],
+            buckets=_SECONDS_BUCKETS,
+            registry=r,
+        )
+        # Compute: what the meter sees, and what batches cost.
+        self.meter_method = Gauge(
+            _PREFIX + "meter_method",
+            "1 for the method the compute meter uses (nvml-gpm, nvml-utilization, cpu-seconds).",
+            ["method"],
+            registry=r,
+        )
+        self.activity = Gauge(
+            _PREFIX + "activity_ratio",
+            "Latest mean activity of a metered target: tensor-pipe active fraction (nvml-gpm), "
+            "GPU busy fraction (nvml-utilization) or cores busy (cpu-seconds).",
+            ["target", "method"],
+            registry=r,
+        )
+        self.sm_activity = Gauge(
+            _PREFIX + "sm_active_ratio",
+            "Latest fraction of SMs busy on a GPU (nvml-gpm).",
+            ["target"],
+            registry=r,
+        )
+        self.dram_activity = Gauge(
+            _PREFIX + "dram_active_ratio",
+            "Latest fraction of DRAM bandwidth used on a GPU (nvml-gpm; nvml-utilization: "
+            "fraction of time memory was read or written).",
+            ["target"],
+            registry=r,
+        )
+        self.activity_seconds = Counter(
+            _PREFIX + "activity_seconds",
+            "Activity integrated over time on a metered target (GPU-seconds at full activity, or "
+            "CPU-seconds), whatever ran there.",
+            ["target", "method"],
+            registry=r,
+        )
+        self.batch_activity_seconds = Counter(
+            _PREFIX + "batch_activity_seconds",
+            "Activity-seconds attributed to engine batches of a commitment.",
+            ["commitment", "method"],
+            registry=r,
+        )
+        self.vca = Gauge(
+            _PREFIX + "vca",
+            "Verifier compute advantage: prover activity per generated token over verifier "
+            "activity per verified token, over the recent window.",
+            ["commitment", "method"],
+            registry=r,
+        )
+
+    def verdict_decided(self, commitment_id: str, status: int) -> None:
+        self.verdicts.labels(commitment=commitment_id, status=status_label(status)).inc()
+
+    def record_reading(self, reading: Reading, method: Method) -> None:
+        """Export one meter reading: latest ratios and the running activity integral."""
+        if reading.activity is not None:
+            self.activity.labels(target=reading.target, method=str(method)).set(reading.activity)
+            self.activity_seconds.labels(target=reading.target, method=str(method)).inc(
+                reading.activity * reading.seconds
+            )
+        if reading.sm is not None:
+            self.sm_activity.labels(target=reading.target).set(reading.sm)
+        if reading.dram is not None:
+            self.dram_activity.labels(target=reading.target).set(reading.dram)
+
+    def reading_callback(self, meter: Meter) -> ReadingCallback:
+        """A callback for `meter.subscribe()` that exports its readings; marks its method."""
+        method = meter.method
+        self.meter_method.labels(method=str(method)).set(1)
+
+        def export(reading: Reading) -> None:
+            self.record_reading(reading, method)
+
+        return export
+
+    def serve(self, address: str) -> MetricsServer:
+        """Serve this registry at http://ADDRESS/metrics (port 0: any free port)."""
+        return serve_metrics(self.registry, address)
