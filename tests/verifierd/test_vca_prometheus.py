@@ -1,0 +1,150 @@
+"""A real Prometheus scrapes our /metrics endpoints; VCA reads the prover's activity back
+through Prometheus' HTTP API.
+
+Scraped: verifierd's metrics (prometheus-client, served by veritap.metrics_http), a stand-in
+for DCGM's exporter (a prometheus-client gauge with DCGM's metric name and labels: the exporter
+itself needs a data-center GPU), and `verifierd prover-meter` metering a process that burns a
+known amount of CPU.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import aiohttp
+import pytest
+from prometheus_client import CollectorRegistry, Gauge
+from veritap.metrics_http import serve_metrics
+
+from tests.verifierd.prometheus_server import PROMETHEUS, SCRAPE_INTERVAL_S, PrometheusServer
+from verifierd.metrics import VerifierMetrics
+from verifierd.vca import (
+    DCGM_TENSOR_ACTIVE,
+    PRESETS,
+    Measure,
+    PrometheusClient,
+    ProverQuery,
+    SeriesKind,
+    measure_prover,
+)
+
+pytestmark = pytest.mark.skipif(
+    not Path(PROMETHEUS).is_file(), reason="Debian's prometheus is not installed"
+)
+
+S = 1_000_000_000
+BURN_S = 0.8
+BURNER = """
+import sys, time
+for line in sys.stdin:
+    end = time.process_time() + float(line)
+    while time.process_time() < end:
+        pass
+    print("burnt", flush=True)
+"""
+
+
+@pytest.fixture
+def burner() -> Iterator[subprocess.Popen[str]]:
+    proc = subprocess.Popen(
+        [sys.executable, "-c", BURNER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    yield proc
+    if proc.stdin:
+        proc.stdin.close()
+    proc.wait(timeout=30)
+
+
+@pytest.fixture
+def prover_meter(burner: subprocess.Popen[str]) -> Iterator[str]:
+    """host:port of a prover meter following `burner`."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "verifierd.cli", "prover-meter", "--pid", str(burner.pid),
+         "--listen", "127.0.0.1:0"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    match = re.match(r"prover-meter: serving http://(\S+) ", line)
+    try:
+        assert match, f"unexpected first line {line!r}"
+        yield match.group(1)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def hostport(url: str) -> str:
+    return url.removeprefix("http://").removesuffix("/metrics")
+
+
+async def test_prometheus_scrapes_and_vca_reads_back(
+    tmp_path: Path, burner: subprocess.Popen[str], prover_meter: str
+) -> None:
+    verifier = VerifierMetrics()
+    verifier.verdict_decided("c1", 1)
+    verifier.verdict_decided("c1", 1)
+    verifier.verdict_decided("c1", 2)
+    dcgm_registry = CollectorRegistry()
+    tensor = Gauge(DCGM_TENSOR_ACTIVE, "Ratio of cycles the tensor pipes are active.",
+                   ["gpu", "UUID", "modelName"], registry=dcgm_registry)  # fmt: skip
+    gpu0 = tensor.labels(gpu="0", UUID="GPU-0000", modelName="NVIDIA H200")
+    gpu0.set(0.0)
+    verifier_server = verifier.serve("127.0.0.1:0")
+    dcgm_server = serve_metrics(dcgm_registry, "127.0.0.1:0")
+    prometheus = PrometheusServer(
+        tmp_path, [hostport(verifier_server.url), hostport(dcgm_server.url), prover_meter]
+    )
+    try:
+        prometheus.wait_ready()
+        prometheus.wait_targets_up(3)
+
+        # Tensor pipes 50 % busy for a while, then idle again.
+        start = time.time_ns()
+        gpu0.set(0.5)
+        time.sleep(2.0)
+        gpu0.set(0.0)
+        end = time.time_ns()
+        # CPU: the prover burns BURN_S of CPU.
+        cpu_start = time.time_ns()
+        assert burner.stdin is not None and burner.stdout is not None
+        burner.stdin.write(f"{BURN_S}\n")
+        burner.stdin.flush()
+        assert burner.stdout.readline().strip() == "burnt"
+        cpu_end = time.time_ns()
+        time.sleep(5 * SCRAPE_INTERVAL_S)
+
+        async with aiohttp.ClientSession() as session:
+            client = PrometheusClient(prometheus.url, session)
+            step = ProverQuery(
+                DCGM_TENSOR_ACTIVE, SeriesKind.GAUGE, Measure.GPU_TENSOR_ACTIVE, SCRAPE_INTERVAL_S
+            )
+            dcgm = await measure_prover(client, step, start, end)
+            assert dcgm.series == 1
+            # 0.5 x the window, give or take a scrape interval of lag at each edge.
+            expected = 0.5 * (end - start) / S
+            assert dcgm.activity_seconds == pytest.approx(expected, abs=0.5 * 3 * SCRAPE_INTERVAL_S)
+            assert dcgm.coverage > 0.9
+
+            cpu_query = ProverQuery(
+                PRESETS["cpu"].query, SeriesKind.COUNTER, Measure.CPU_SECONDS, SCRAPE_INTERVAL_S
+            )
+            pad = 2 * round(SCRAPE_INTERVAL_S * S)
+            cpu = await measure_prover(client, cpu_query, cpu_start - pad, cpu_end + pad)
+            assert cpu.series == 1
+            assert cpu.activity_seconds == pytest.approx(BURN_S, abs=0.25)
+
+            verdicts = await client.query_range(
+                'veritap_verifier_verdicts_total{status="pass"}', end, end + S, 1.0
+            )
+            assert [p.value for p in verdicts[0].points][-1] == 2.0
+    finally:
+        prometheus.stop()
+        verifier_server.close()
+        dcgm_server.close()
