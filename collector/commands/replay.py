@@ -1,0 +1,181 @@
+"""`collector replay FILE --log DIR`: run a pcap/pcapng file through the capture pipeline."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import time
+from dataclasses import asdict, replace
+from pathlib import Path
+
+from rich.console import Console
+from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
+from veritap.signing import KeyFormatError, Signer
+from veritap.toml_section import ConfigError
+
+from collector.capture.errors import CaptureError
+from collector.capture.pcap_file import CaptureReader, open_capture
+from collector.config import CollectorConfig, load_config
+from collector.log import Log, LogError
+from collector.pipeline import CapturePipeline, LogWriter, PipelineSummary
+
+logger = logging.getLogger(__name__)
+
+PROGRESS_MIN_BYTES = 16 * 1024 * 1024
+DEFAULT_KEY_NAME = "collector.key"
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser(
+        "replay",
+        help="replay a capture file into the log",
+        description=(
+            "Read a pcap or pcapng file through reassembly, HTTP and the API dialects, and "
+            "append one record per exchange to the log in DIR (created when absent)."
+        ),
+    )
+    parser.add_argument("file", type=Path, help="pcap or pcapng file")
+    parser.add_argument("--log", type=Path, required=True, metavar="DIR", help="log directory")
+    parser.add_argument("--config", type=Path, help="collector TOML file (defaults otherwise)")
+    parser.add_argument("--origin", help="log origin (default: the config's)")
+    parser.add_argument(
+        "--key",
+        type=Path,
+        help=f"checkpoint signing key (default: DIR/{DEFAULT_KEY_NAME}, created when absent)",
+    )
+    parser.add_argument(
+        "--realtime", action="store_true", help="replay at the pace the file was recorded"
+    )
+    parser.add_argument("--no-progress", action="store_true", help="never show a progress bar")
+    parser.add_argument("--summary-json", type=Path, help="also write the summary as JSON here")
+    parser.set_defaults(func=run)
+
+
+def _signer(args: argparse.Namespace, origin: str) -> Signer:
+    if args.key is not None:
+        return Signer.load(args.key)
+    path = args.log / DEFAULT_KEY_NAME
+    if path.exists():
+        return Signer.load(path)
+    args.log.mkdir(parents=True, exist_ok=True)
+    signer = Signer.generate(origin)
+    signer.save(path)
+    logger.info("created a signing key", extra={"path": str(path)})
+    return signer
+
+
+def run(args: argparse.Namespace) -> int:
+    err = Console(stderr=True)
+    try:
+        config = load_config(args.config)
+        if args.origin:
+            config = replace(config, origin=args.origin)
+        origin = config.origin
+        reader = open_capture(args.file)
+    except (ConfigError, CaptureError, OSError) as exc:
+        err.print(f"collector replay: {exc}", markup=False, highlight=False)
+        return 2
+    try:
+        signer = _signer(args, origin)
+        log = Log.open(args.log, origin=origin, signer=signer)
+    except (KeyFormatError, LogError, OSError) as exc:
+        reader.close()
+        err.print(f"collector replay: {exc}", markup=False, highlight=False)
+        return 2
+    try:
+        summary, elapsed, cpu, writer = _replay(args, config, reader, log, err)
+    finally:
+        reader.close()
+        log.close()
+    _print_summary(summary, elapsed, cpu, writer.appended, writer.failed)
+    if args.summary_json is not None:
+        args.summary_json.write_text(
+            json.dumps(
+                {
+                    **asdict(summary),
+                    "seconds": elapsed,
+                    "cpu_seconds": cpu,
+                    "appended": writer.appended,
+                },
+                default=str,
+            )
+        )
+    return 0 if writer.error is None and summary.internal_errors == 0 else 1
+
+
+def _replay(
+    args: argparse.Namespace,
+    config: CollectorConfig,
+    reader: CaptureReader,
+    log: Log,
+    err: Console,
+) -> tuple[PipelineSummary, float, float, LogWriter]:
+    writer = LogWriter(
+        log, batch_records=config.log.batch_records, batch_delay_s=config.log.batch_delay_s
+    )
+    pipeline = CapturePipeline(config, writer.put)
+    show = not args.no_progress and reader.size >= PROGRESS_MIN_BYTES and err.is_terminal
+    started, cpu_started = time.perf_counter(), time.process_time()
+    progress = Progress(
+        TextColumn("[bold]replay"),
+        BarColumn(),
+        DownloadColumn(),
+        TextColumn("{task.fields[records]} records"),
+        TimeRemainingColumn(),
+        console=err,
+        disable=not show,
+        transient=True,
+    )
+    try:
+        with progress:
+            task = progress.add_task("replay", total=reader.size, records=0)
+            first_ts: int | None = None
+            frame_fn = pipeline.frame
+            for count, (ts, linktype, data, _wire) in enumerate(reader.frames(), 1):
+                if args.realtime:
+                    if first_ts is None:
+                        first_ts = ts
+                    delay = (ts - first_ts) / 1e9 - (time.perf_counter() - started)
+                    if delay > 0:
+                        time.sleep(delay)
+                frame_fn(ts, linktype, data)
+                if show and not count & 0x3FFF:
+                    progress.update(
+                        task, completed=reader.position, records=pipeline.summary().records
+                    )
+            pipeline.finish()
+    finally:
+        writer.close()
+    return (
+        pipeline.summary(),
+        time.perf_counter() - started,
+        time.process_time() - cpu_started,
+        writer,
+    )
+
+
+def _print_summary(
+    summary: PipelineSummary, elapsed: float, cpu: float, appended: int, failed: int
+) -> None:
+    r = summary.reassembly
+    d = summary.decode
+    qualities = ", ".join(f"{k} {v}" for k, v in sorted(summary.records_by_quality.items()))
+    lines = [
+        f"packets         {summary.frames} ({summary.captured_bytes / 1e6:.1f} MB)",
+        f"tcp segments    {d.segments} (not tcp/ip: {d.non_ip + d.non_tcp}, "
+        f"fragments {d.ip_fragments}, malformed {d.malformed})",
+        f"flows           {r.flows_opened} (midstream directions {r.midstream_directions})",
+        f"records         {summary.records} ({qualities or 'none'})",
+        f"appended        {appended}" + (f" (failed {failed})" if failed else ""),
+        f"not recorded    {summary.http.not_recorded} exchanges on unknown paths",
+        f"gaps            {r.gaps} ({r.gap_bytes} bytes), "
+        f"conflicting overlaps {r.overlap_conflicts}",
+        f"drops           kernel {summary.kernel_drops}, late segments {r.late_segments}, "
+        f"memory cap hits {r.memory_cap_hits}, internal errors {summary.internal_errors}",
+        f"rate            {summary.records / elapsed if elapsed else 0:.0f} records/s, "
+        f"{summary.captured_bytes / 1e6 / elapsed if elapsed else 0:.1f} MB/s, "
+        f"{elapsed:.2f} s ({cpu:.2f} s CPU)",
+    ]
+    sys.stdout.write("\n".join(lines) + "\n")

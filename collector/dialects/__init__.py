@@ -1,0 +1,37 @@
+"""API dialect extractors: one module per dialect, chosen by request path.
+
+A dialect turns an exchange's request body and response into the record's
+`ApiView`. `DIALECTS` maps a dialect name (as used in config) to its extractor.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from collector.dialects.base import Dialect, Extraction
+from collector.dialects.openai_chat import OpenAIChat
+from collector.dialects.openai_completions import OpenAICompletions
+
+DIALECTS: dict[str, Dialect] = {d.name: d for d in (OpenAIChat(), OpenAICompletions())}
+
+
+class DialectRegistry:
+    """The enabled dialects, looked up by request target."""
+
+    def __init__(self, names: Iterable[str]) -> None:
+        self.dialects = [DIALECTS[name] for name in names]
+        self._by_path = {path: d for d in self.dialects for path in d.paths}
+
+    def for_target(self, target: str) -> Dialect | None:
+        return self._by_path.get(target.split("?", 1)[0].rstrip("/") or "/")
+
+    def for_object(self, object_type: str) -> Dialect | None:
+        """The dialect whose responses carry this `object` field (for orphan responses)."""
+        return next((d for d in self.dialects if object_type in d.response_objects), None)
+
+    def records(self, method: str, target: str) -> bool:
+        """Whether an exchange for this request is recorded (its path belongs to a dialect)."""
+        return self.for_target(target) is not None
+
+
+__all__ = ["DIALECTS", "Dialect", "DialectRegistry", "Extraction"]

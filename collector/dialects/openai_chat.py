@@ -1,0 +1,36 @@
+"""OpenAI chat completions (`POST /v1/chat/completions`), as vLLM serves them.
+
+Non-streamed: `choices[i].message.content`, per-choice `token_ids` and the
+top-level `prompt_token_ids` when the request set `return_token_ids`.
+Streamed: the first chunk of each choice carries the role and (with
+`return_token_ids`) the top-level `prompt_token_ids`; later chunks carry
+`delta.content` and the delta `token_ids`; the finishing chunk has
+`finish_reason`; an optional last chunk has only `usage`; `[DONE]` ends it.
+"""
+
+from __future__ import annotations
+
+from collector.dialects.base import Dialect
+
+
+class OpenAIChat(Dialect):
+    name = "openai-chat"
+    paths = frozenset({"/v1/chat/completions"})
+    response_objects = frozenset({"chat.completion", "chat.completion.chunk"})
+    prompt_key = "messages"
+
+    def _choice_text(self, choice: dict[str, object]) -> str:
+        message = choice.get("message")
+        if isinstance(message, dict):
+            content = message.get("content")
+            if isinstance(content, str):
+                return content
+        return ""
+
+    def _delta_text(self, choice: dict[str, object]) -> str:
+        delta = choice.get("delta")
+        if isinstance(delta, dict):
+            content = delta.get("content")
+            if isinstance(content, str):
+                return content
+        return ""

@@ -1,0 +1,179 @@
+"""Building an `InferenceRecord` from a captured exchange.
+
+The record's quality is the first that applies of: midstream, request_gap,
+response_gap, parse_error, truncated, complete; `quality_reason` lists every
+problem found ("request: ...; response: ...; exchange: ..."). A dialect that
+cannot read a body adds a parse_error only when the body itself was captured
+whole (a JSON error in a truncated body is the truncation's consequence).
+Credentials (Authorization, Cookie, API-key headers) are never recorded.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+from collections import Counter
+from dataclasses import dataclass, field
+
+from google.protobuf.internal.containers import RepeatedCompositeFieldContainer
+from ulid import ULID
+from veritap.v1 import record_pb2
+
+from collector.dialects import DialectRegistry
+from collector.http.messages import BodyGap as HttpBodyGap
+from collector.http.messages import (
+    Exchange,
+    Headers,
+    ProblemKind,
+    RequestMessage,
+    ResponseMessage,
+)
+
+Q = record_pb2.CaptureQuality
+SECRET_HEADERS = frozenset(
+    {"authorization", "proxy-authorization", "cookie", "set-cookie", "x-api-key", "api-key"}
+)
+_PRECEDENCE = (
+    Q.CAPTURE_QUALITY_MIDSTREAM,
+    Q.CAPTURE_QUALITY_REQUEST_GAP,
+    Q.CAPTURE_QUALITY_RESPONSE_GAP,
+    Q.CAPTURE_QUALITY_PARSE_ERROR,
+    Q.CAPTURE_QUALITY_TRUNCATED,
+)
+_REQUEST_QUALITY = {
+    ProblemKind.GAP: Q.CAPTURE_QUALITY_REQUEST_GAP,
+    ProblemKind.TRUNCATED: Q.CAPTURE_QUALITY_TRUNCATED,
+    ProblemKind.PARSE_ERROR: Q.CAPTURE_QUALITY_PARSE_ERROR,
+    ProblemKind.MIDSTREAM: Q.CAPTURE_QUALITY_MIDSTREAM,
+}
+_RESPONSE_QUALITY = {**_REQUEST_QUALITY, ProblemKind.GAP: Q.CAPTURE_QUALITY_RESPONSE_GAP}
+_EXCHANGE_QUALITY = {
+    ProblemKind.MIDSTREAM: Q.CAPTURE_QUALITY_MIDSTREAM,
+    ProblemKind.NO_REQUEST: Q.CAPTURE_QUALITY_REQUEST_GAP,
+    ProblemKind.NO_RESPONSE: Q.CAPTURE_QUALITY_TRUNCATED,
+    ProblemKind.RESPONSE_LOST: Q.CAPTURE_QUALITY_RESPONSE_GAP,
+    ProblemKind.GAP: Q.CAPTURE_QUALITY_REQUEST_GAP,
+    ProblemKind.TRUNCATED: Q.CAPTURE_QUALITY_TRUNCATED,
+    ProblemKind.PARSE_ERROR: Q.CAPTURE_QUALITY_PARSE_ERROR,
+}
+
+
+@dataclass(slots=True)
+class RecordStats:
+    records: int = 0
+    by_quality: Counter[str] = field(default_factory=Counter)
+    by_dialect: Counter[str] = field(default_factory=Counter)
+
+
+def quality_name(quality: int) -> str:
+    """`CAPTURE_QUALITY_RESPONSE_GAP` -> `response_gap` (the export's spelling)."""
+    return Q.Name(quality).removeprefix("CAPTURE_QUALITY_").lower()  # type: ignore[arg-type]
+
+
+class RecordBuilder:
+    """Turns exchanges into records for one collector origin."""
+
+    def __init__(self, origin: str, dialects: DialectRegistry) -> None:
+        self.origin = origin
+        self.dialects = dialects
+        self.stats = RecordStats()
+
+    def build(self, exchange: Exchange) -> record_pb2.InferenceRecord:
+        record = record_pb2.InferenceRecord(record_id=str(ULID()), origin=self.origin)
+        flow = exchange.flow
+        record.flow.ip_version = flow.ip_version
+        record.flow.client_address = ipaddress.ip_address(flow.client_ip).compressed
+        record.flow.client_port = flow.client_port
+        record.flow.server_address = ipaddress.ip_address(flow.server_ip).compressed
+        record.flow.server_port = flow.server_port
+        record.flow.vlan_ids.extend(flow.vlans)
+        found: list[tuple[int, str]] = []
+        request, response = exchange.request, exchange.response
+        if request is not None:
+            _fill_request(record.request, request)
+            record.request_first_byte_ns = request.first_byte_ns
+            found += [(_REQUEST_QUALITY[p.kind], f"request: {p.reason}") for p in request.problems]
+        if response is not None:
+            _fill_response(record.response, response)
+            record.response_first_byte_ns = response.first_byte_ns
+            record.response_last_byte_ns = response.last_byte_ns
+            found += [
+                (_RESPONSE_QUALITY[p.kind], f"response: {p.reason}") for p in response.problems
+            ]
+        found += [(_EXCHANGE_QUALITY[p.kind], f"exchange: {p.reason}") for p in exchange.problems]
+        dialect = None
+        if request is not None:
+            dialect = self.dialects.for_target(request.target)
+        elif response is not None:
+            dialect = self.dialects.for_object(_object_type(response))
+        if dialect is not None:
+            extraction = dialect.extract(request.body if request is not None else b"", response)
+            record.api.CopyFrom(extraction.view)
+            whole = (request is None or not request.problems) and (
+                response is None or not response.problems
+            )
+            if whole:
+                found += [(Q.CAPTURE_QUALITY_PARSE_ERROR, f"api: {p}") for p in extraction.problems]
+            self.stats.by_dialect[dialect.name] += 1
+        record.quality = _quality([q for q, _ in found])
+        record.quality_reason = "; ".join(reason for _, reason in found)
+        self.stats.records += 1
+        self.stats.by_quality[quality_name(record.quality)] += 1
+        return record
+
+
+def _quality(found: list[int]) -> record_pb2.CaptureQuality.ValueType:
+    for quality in _PRECEDENCE:
+        if quality in found:
+            return quality
+    return Q.CAPTURE_QUALITY_COMPLETE
+
+
+def _object_type(response: ResponseMessage) -> str:
+    """The `object` field of a JSON or SSE response, to guess an orphan's dialect."""
+    text = response.sse_events[0].data if response.sse_events else response.body[:65536]
+    try:
+        document = json.loads(text)
+    except ValueError:
+        return ""
+    value = document.get("object") if isinstance(document, dict) else None
+    return value if isinstance(value, str) else ""
+
+
+def _headers(target: RepeatedCompositeFieldContainer[record_pb2.Header], headers: Headers) -> None:
+    for name, value in headers:
+        if name.lower() not in SECRET_HEADERS:
+            target.add(name=name, value=value)
+
+
+def _gaps(
+    target: RepeatedCompositeFieldContainer[record_pb2.BodyGap], gaps: tuple[HttpBodyGap, ...]
+) -> None:
+    for gap in gaps:
+        target.add(body_offset=gap.body_offset, missing_bytes=gap.missing_bytes)
+
+
+def _fill_request(out: record_pb2.HttpRequest, message: RequestMessage) -> None:
+    out.method = message.method
+    out.target = message.target
+    out.host = message.header("host") or ""
+    _headers(out.headers, message.headers)
+    _headers(out.trailers, message.trailers)
+    out.body = message.body
+    out.content_encoding = message.content_encoding
+    out.wire_body_length = message.wire_body_length
+    _gaps(out.gaps, message.gaps)
+
+
+def _fill_response(out: record_pb2.HttpResponse, message: ResponseMessage) -> None:
+    out.status = message.status
+    out.reason = message.reason
+    _headers(out.headers, message.headers)
+    _headers(out.trailers, message.trailers)
+    out.body = message.body
+    out.content_encoding = message.content_encoding
+    out.wire_body_length = message.wire_body_length
+    _gaps(out.gaps, message.gaps)
+    events = out.sse_events
+    for event in message.sse_events:
+        events.add(arrival_ns=event.arrival_ns, event=event.event, data=event.data, id=event.id)
