@@ -1,0 +1,150 @@
+"""JSON Lines export of the log: one object per entry (`collector log export --format jsonl`).
+
+This is a stable interface: keys are only ever added, never renamed or
+removed, and appear in this order. Bytes are hex; timestamps are integer ns
+since the epoch; a value the record does not have is null.
+
+===========================  =================================================================
+key                          value
+===========================  =================================================================
+seq                          the entry's position in the log (1-based)
+record_id                    the record's ULID
+origin                       the collector origin that captured it
+captured_at_ns               when the entry was appended to the log
+entry_hash                   SHA-256(0x00 || envelope), the chain link and Merkle leaf (hex)
+request_first_byte_ns        capture time of the request's first byte
+response_first_byte_ns       capture time of the response's first byte
+response_last_byte_ns        capture time of the response's last byte
+flow                         {ip_version, client_address, client_port, server_address,
+                             server_port, vlan_ids}
+method                       HTTP request method
+host                         Host header of the request
+path                         the request target's path, without the query string
+target                       the request target as sent
+http_status                  response status code, or null when no response was seen
+dialect                      API dialect ("openai-chat", "openai-completions") or ""
+model                        model name the request asked for
+stream                       true when the request asked for a streamed (SSE) response
+sampling                     the request's parameters exactly as sent (object; every field
+                             but the prompt / messages)
+prompt_token_ids             list of ints when the response carried them, else null
+choices                      list of {index, text, token_ids (list or null), finish_reason}
+usage                        {prompt_tokens, completion_tokens, total_tokens} or null
+response_id                  the response's id field
+error                        the error message of a 4xx/5xx response ("" otherwise)
+sse_events                   number of Server-Sent Events in the response
+quality                      capture quality: complete, request_gap, response_gap, truncated,
+                             midstream, parse_error (unspecified when unset)
+quality_reason               why the quality is not complete ("" when it is)
+request_body_sha256          SHA-256 of the de-chunked, decompressed request body (hex)
+response_body_sha256         SHA-256 of the de-chunked, decompressed response body (hex)
+===========================  =================================================================
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Iterator
+from urllib.parse import urlsplit
+
+from google.protobuf.json_format import MessageToDict
+from veritap.envelope import decode_envelope, decode_record, entry_hash
+from veritap.v1 import record_pb2
+
+_QUALITY_PREFIX = "CAPTURE_QUALITY_"
+
+
+def quality_name(value: int) -> str:
+    """`CAPTURE_QUALITY_RESPONSE_GAP` -> "response_gap"."""
+    try:
+        name = record_pb2.CaptureQuality.Name(value)  # type: ignore[arg-type]
+    except ValueError:
+        return f"unknown_{value}"
+    return name.removeprefix(_QUALITY_PREFIX).lower()
+
+
+def _sampling(params: record_pb2.SamplingParams) -> object:
+    if params.params_json:
+        try:
+            parsed: object = json.loads(params.params_json)
+            return parsed
+        except json.JSONDecodeError:
+            pass
+    typed = MessageToDict(params, preserving_proto_field_name=True)
+    typed.pop("params_json", None)
+    return typed
+
+
+def _token_ids(message: record_pb2.ApiView | record_pb2.Choice, field: str) -> list[int] | None:
+    if not message.HasField(field):  # type: ignore[arg-type]
+        return None
+    ids: record_pb2.TokenIds = getattr(message, field)
+    return list(ids.ids)
+
+
+def record_object(seq: int, envelope: bytes) -> dict[str, object]:
+    """The export object of one entry (keys in the documented order)."""
+    entry = decode_envelope(envelope)
+    record = decode_record(entry)
+    request, response, api, flow = record.request, record.response, record.api, record.flow
+    return {
+        "seq": seq,
+        "record_id": record.record_id,
+        "origin": record.origin,
+        "captured_at_ns": entry.captured_at_ns,
+        "entry_hash": entry_hash(envelope).hex(),
+        "request_first_byte_ns": record.request_first_byte_ns,
+        "response_first_byte_ns": record.response_first_byte_ns,
+        "response_last_byte_ns": record.response_last_byte_ns,
+        "flow": {
+            "ip_version": flow.ip_version,
+            "client_address": flow.client_address,
+            "client_port": flow.client_port,
+            "server_address": flow.server_address,
+            "server_port": flow.server_port,
+            "vlan_ids": list(flow.vlan_ids),
+        },
+        "method": request.method,
+        "host": request.host,
+        "path": urlsplit(request.target).path,
+        "target": request.target,
+        "http_status": response.status if record.HasField("response") else None,
+        "dialect": api.dialect,
+        "model": api.model,
+        "stream": api.sampling.HasField("stream") and api.sampling.stream,
+        "sampling": _sampling(api.sampling),
+        "prompt_token_ids": _token_ids(api, "prompt_token_ids"),
+        "choices": [
+            {
+                "index": choice.index,
+                "text": choice.text,
+                "token_ids": _token_ids(choice, "token_ids"),
+                "finish_reason": choice.finish_reason,
+            }
+            for choice in api.choices
+        ],
+        "usage": (
+            {
+                "prompt_tokens": api.usage.prompt_tokens,
+                "completion_tokens": api.usage.completion_tokens,
+                "total_tokens": api.usage.total_tokens,
+            }
+            if api.HasField("usage")
+            else None
+        ),
+        "response_id": api.response_id,
+        "error": api.error,
+        "sse_events": len(response.sse_events),
+        "quality": quality_name(record.quality),
+        "quality_reason": record.quality_reason,
+        "request_body_sha256": hashlib.sha256(request.body).hexdigest(),
+        "response_body_sha256": hashlib.sha256(response.body).hexdigest(),
+    }
+
+
+def jsonl_lines(entries: Iterable[tuple[int, bytes]]) -> Iterator[str]:
+    """One JSON line (with its newline) per (seq, envelope)."""
+    for seq, envelope in entries:
+        line = json.dumps(record_object(seq, envelope), ensure_ascii=False, separators=(",", ":"))
+        yield line + "\n"

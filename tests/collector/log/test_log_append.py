@@ -1,0 +1,283 @@
+"""collector.log.Log: appends, group commit, dedup, checkpoints, proofs, prune, map growth."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from veritap import merkle
+from veritap.chain import ChainVerifier
+from veritap.envelope import ZERO_HASH, decode_envelope, decode_record, entry_hash
+from veritap.note import open_checkpoint
+from veritap.signing import Signer
+
+from collector.log import (
+    InvalidRecordError,
+    Log,
+    LogClosedError,
+    LogOpenError,
+    LogPrunedError,
+    LogRangeError,
+    LogReadOnlyError,
+)
+from collector.log.audit import audit_log
+from tests.collector.log.log_fixtures import ORIGIN, make_record, open_log
+
+
+@pytest.fixture
+def signer() -> Signer:
+    return Signer.generate(ORIGIN)
+
+
+def leaves(log: Log) -> list[bytes]:
+    return [entry_hash(envelope) for _, envelope in log.iter_entries(log.retention_floor)]
+
+
+def test_appends_are_chained_envelopes_in_order(tmp_path: Path, signer: Signer) -> None:
+    with open_log(tmp_path / "log", signer) as log:
+        assert log.head().seq == 0
+        assert log.head().hash == ZERO_HASH
+        assert log.append(make_record(1)) == 1
+        assert log.append_many([make_record(i) for i in range(2, 12)]) == list(range(2, 12))
+        assert log.append_many([]) == []
+        chain = ChainVerifier(origin=ORIGIN, verifier=signer.verifier())
+        for seq, envelope in log.iter_entries(1):
+            entry = chain.add(seq, envelope)
+            assert entry.origin == ORIGIN
+            assert entry.key_id == signer.key_id
+            assert decode_record(entry) == make_record(seq)
+            assert envelope == log.entry(seq)
+        assert log.head().seq == 11
+        assert log.head().hash == chain.head_hash
+        assert [seq for seq, _ in log.iter_entries(4, 6)] == [4, 5, 6]
+        assert log.record(5) == make_record(5)
+        assert log.find_record(make_record(7).record_id) == 7
+        assert log.find_record("no-such-record") is None
+
+
+def test_a_known_record_id_returns_its_seq(tmp_path: Path, signer: Signer) -> None:
+    with open_log(tmp_path / "log", signer) as log:
+        log.append_many([make_record(i) for i in range(1, 4)])
+        assert log.append(make_record(2)) == 2
+        assert log.append_many([make_record(4), make_record(1), make_record(4)]) == [4, 1, 4]
+    with open_log(tmp_path / "log", signer) as log:
+        assert log.append(make_record(3)) == 3
+        assert log.head().seq == 4
+
+
+def test_concurrent_appends_are_group_committed(tmp_path: Path, signer: Signer) -> None:
+    heads: list[int] = []
+    results: dict[int, list[int]] = {}
+    with open_log(tmp_path / "log", signer) as log:
+        log.add_commit_listener(heads.append)
+
+        def worker(number: int) -> None:
+            results[number] = [log.append(make_record(number * 1000 + i)) for i in range(40)]
+
+        threads = [threading.Thread(target=worker, args=(n,)) for n in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert sorted(s for seqs in results.values() for s in seqs) == list(range(1, 321))
+        for number, seqs in results.items():
+            assert seqs == sorted(seqs)
+            for i, seq in enumerate(seqs):
+                assert log.find_record(make_record(number * 1000 + i).record_id) == seq
+        assert heads == sorted(heads)
+        assert heads[-1] == 320
+        # One durable transaction served several callers at least once.
+        assert len(heads) < 320
+
+
+def test_listener_sees_durable_entries(tmp_path: Path, signer: Signer) -> None:
+    seen: list[tuple[int, bytes]] = []
+    with open_log(tmp_path / "log", signer) as log:
+        log.add_commit_listener(lambda head: seen.append((head, log.entry(head))))
+        log.add_commit_listener(lambda head: (_ for _ in ()).throw(RuntimeError("listener bug")))
+        log.append(make_record(1))
+        log.append(make_record(2))
+        log.append(make_record(1))
+    assert [head for head, _ in seen] == [1, 2]
+    assert decode_envelope(seen[1][1]).seq == 2
+
+
+def test_checkpoints_every_n_records_and_on_close(tmp_path: Path, signer: Signer) -> None:
+    with open_log(tmp_path / "log", signer, checkpoint_every=10, checkpoint_interval_s=3600) as log:
+        for i in range(1, 26):
+            log.append(make_record(i))
+        sizes = [cp.tree_size for cp in log.checkpoints_between(0, 100)]
+        assert sizes == [10, 20]
+    with Log.open_readonly(tmp_path / "log") as log:
+        all_leaves = leaves(log)
+        checkpoints = log.checkpoints_between(0, 100)
+        assert [cp.tree_size for cp in checkpoints] == [10, 20, 25]
+        assert [cp.tree_size for cp in log.checkpoints_between(11, 25)] == [20, 25]
+        for cp in checkpoints:
+            body = open_checkpoint(cp.note, signer.verifier(), origin=ORIGIN)
+            assert body.tree_size == cp.tree_size
+            assert body.root_hash == cp.root_hash == merkle.root_of(all_leaves[: cp.tree_size])
+        latest = log.latest_checkpoint()
+        assert latest is not None
+        assert latest.tree_size == 25
+        assert log.checkpoint_at(20) == checkpoints[1]
+        assert log.checkpoint_at(21) is None
+
+
+def test_checkpoint_after_the_interval_without_more_records(tmp_path: Path, signer: Signer) -> None:
+    with open_log(tmp_path / "log", signer, checkpoint_interval_s=0.05) as log:
+        log.append_many([make_record(1), make_record(2)])
+        log.append(make_record(3))
+        deadline = time.monotonic() + 30
+        latest = log.latest_checkpoint()
+        while (latest is None or latest.tree_size < 3) and time.monotonic() < deadline:
+            time.sleep(0.02)
+            latest = log.latest_checkpoint()
+        assert latest is not None
+        assert latest.tree_size == 3
+
+
+def test_no_signer_means_no_checkpoints(tmp_path: Path) -> None:
+    with open_log(tmp_path / "log", None, checkpoint_every=1) as log:
+        log.append_many([make_record(i) for i in range(1, 5)])
+        assert log.latest_checkpoint() is None
+        assert decode_envelope(log.entry(1)).key_id == b""
+
+
+def test_inclusion_and_consistency_proofs(tmp_path: Path, signer: Signer) -> None:
+    with open_log(tmp_path / "log", signer) as log:
+        log.append_many([make_record(i) for i in range(1, 601)])
+        all_leaves = leaves(log)
+        for size in (1, 2, 255, 256, 257, 512, 600):
+            root = merkle.root_of(all_leaves[:size])
+            assert log.root_at(size) == root
+            for seq in {1, size // 3 + 1, size // 2 + 1, size}:
+                proof = log.inclusion_proof(seq, size)
+                merkle.verify_inclusion(seq - 1, size, all_leaves[seq - 1], proof, root)
+        for old, new in ((0, 600), (1, 600), (255, 600), (256, 513), (300, 600), (600, 600)):
+            proof = log.consistency_proof(old, new)
+            merkle.verify_consistency(
+                old,
+                new,
+                merkle.root_of(all_leaves[:old]),
+                merkle.root_of(all_leaves[:new]),
+                proof,
+            )
+        with pytest.raises(LogRangeError):
+            log.inclusion_proof(5, 601)
+        with pytest.raises(LogRangeError):
+            log.inclusion_proof(7, 6)
+        with pytest.raises(LogRangeError):
+            log.entry(601)
+        with pytest.raises(LogRangeError):
+            list(log.iter_entries(1, 700))
+
+
+def test_prune_keeps_proofs_above_the_floor(tmp_path: Path, signer: Signer) -> None:
+    key = signer.verifier()
+    with open_log(tmp_path / "log", signer, checkpoint_every=100) as log:
+        log.append_many([make_record(i) for i in range(1, 601)])
+        all_leaves = leaves(log)
+        assert log.prune(1) == 0
+        assert log.prune(300) == 299
+        assert log.prune(301) == 1
+        assert log.retention_floor == 301
+        with pytest.raises(LogPrunedError):
+            log.entry(300)
+        with pytest.raises(LogPrunedError):
+            list(log.iter_entries(299))
+        with pytest.raises(LogRangeError):
+            log.prune(602)
+        assert log.find_record(make_record(5).record_id) is None
+        assert log.find_by_model("tiny-llama", limit=1) == [301]
+        root = merkle.root_of(all_leaves)
+        for seq in (301, 302, 400, 512, 513, 600):
+            proof = log.inclusion_proof(seq, 600)
+            merkle.verify_inclusion(seq - 1, 600, all_leaves[seq - 1], proof, root)
+        assert log.root_at(600) == root
+        log.append(make_record(601))
+    report = audit_log(tmp_path / "log", key)
+    assert report.problem is None
+    assert (report.floor, report.head_seq, report.entries) == (301, 601, 301)
+    with open_log(tmp_path / "log", signer) as log:
+        assert log.retention_floor == 301
+        assert log.prune(602) == 301
+        assert log.head().seq == 601
+    with open_log(tmp_path / "log", signer) as log:
+        assert log.append(make_record(602)) == 602
+    assert audit_log(tmp_path / "log", key).problem is None
+
+
+def test_map_full_grows_the_map(tmp_path: Path, signer: Signer) -> None:
+    with open_log(tmp_path / "log", signer, map_size=64 * 1024, checkpoint_every=50) as log:
+        first = log.stats().map_size
+        seqs = []
+        for start in range(1, 301, 30):
+            seqs += log.append_many(
+                [make_record(i, body_size=4000) for i in range(start, start + 30)]
+            )
+        assert seqs == list(range(1, 301))
+        assert log.stats().map_size > first
+        assert log.record(300) == make_record(300, body_size=4000)
+    assert audit_log(tmp_path / "log", signer.verifier()).problem is None
+
+
+def test_model_time_index(tmp_path: Path, signer: Signer) -> None:
+    with open_log(tmp_path / "log", signer) as log:
+        log.append_many([make_record(i, model="a" if i % 2 else "b" * 300) for i in range(1, 21)])
+        assert log.find_by_model("a") == list(range(1, 21, 2))
+        assert log.find_by_model("b" * 300) == list(range(2, 21, 2))
+        start = make_record(5).request_first_byte_ns
+        end = make_record(11).request_first_byte_ns
+        assert log.find_by_model("a", start, end) == [5, 7, 9]
+        assert log.find_by_model("a", limit=2) == [1, 3]
+        assert log.find_by_model("c") == []
+
+
+def test_invalid_records_are_refused(tmp_path: Path, signer: Signer) -> None:
+    with open_log(tmp_path / "log", signer) as log:
+        record = make_record(1)
+        record.record_id = ""
+        with pytest.raises(InvalidRecordError):
+            log.append(record)
+        record = make_record(1)
+        record.origin = "someone.else/log"
+        with pytest.raises(InvalidRecordError):
+            log.append(record)
+        assert log.head().seq == 0
+
+
+def test_reopen_checks_origin_key_and_writer(tmp_path: Path, signer: Signer) -> None:
+    path = tmp_path / "log"
+    with open_log(path, signer) as log:
+        log.append_many([make_record(i) for i in range(1, 6)])
+        with pytest.raises(LogOpenError):
+            open_log(path, signer)
+    with pytest.raises(LogOpenError, match="origin"):
+        Log.open(path, origin="other.test/log", signer=signer)
+    with pytest.raises(LogOpenError, match="key id"):
+        open_log(path, Signer.generate(ORIGIN))
+    with open_log(path, signer) as log:
+        head = log.head()
+        assert head.seq == 5
+        assert log.append(make_record(6)) == 6
+    with Log.open_readonly(path) as log:
+        assert log.head().seq == 6
+        assert log.retention_floor == 1
+        with pytest.raises(LogReadOnlyError):
+            log.append(make_record(7))
+    assert audit_log(path, signer.verifier()).problem is None
+    with pytest.raises(LogOpenError):
+        Log.open_readonly(tmp_path / "nothing")
+
+
+def test_closed_log_refuses_work(tmp_path: Path, signer: Signer) -> None:
+    log = open_log(tmp_path / "log", signer)
+    log.close()
+    log.close()
+    with pytest.raises(LogClosedError):
+        log.append(make_record(1))
+    with pytest.raises(LogClosedError):
+        log.entry(1)
