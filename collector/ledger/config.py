@@ -1,5 +1,7 @@
 """The collector's `[ledger]` section: where the LedgerService listens and how it streams.
 
+`collector.config` reads the file and hands this section to `ledger_config_from_table`.
+
 ```toml
 [ledger]
 listen = "127.0.0.1:7700"        # plaintext is allowed only on loopback
@@ -17,13 +19,12 @@ max_window = 65536
 
 from __future__ import annotations
 
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from veritap.tls import ServerTls, TlsConfigError, require_tls_off_loopback, split_host_port
-from veritap.toml_section import ConfigError, Section
+from veritap.toml_section import Section
 
 DEFAULT_LISTEN = "127.0.0.1:7700"
 ACKS_FILE_NAME = "verifier-acks.json"
@@ -86,18 +87,3 @@ def ledger_config_from_table(table: Mapping[str, object], *, base_dir: Path) -> 
         raise section.error("verifiers", "a verifier id appears twice")
     section.finish()
     return config
-
-
-def load_ledger_config(path: Path) -> LedgerConfig:
-    """Read the `[ledger]` section of a collector TOML file (defaults when absent)."""
-    try:
-        with path.open("rb") as handle:
-            document = tomllib.load(handle)
-    except OSError as exc:
-        raise ConfigError(f"cannot read {str(path)!r}: {exc.strerror}") from exc
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{str(path)!r} is not valid TOML: {exc}") from exc
-    table = document.get("ledger", {})
-    if not isinstance(table, dict):
-        raise ConfigError("ledger: expected a table")
-    return ledger_config_from_table(table, base_dir=path.parent)

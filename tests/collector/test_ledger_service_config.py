@@ -2,37 +2,35 @@
 
 from __future__ import annotations
 
+import tomllib
 from pathlib import Path
 
 import pytest
-
-from collector.ledger.config import ACKS_FILE_NAME, load_ledger_config
-from collector.ledger.errors import LedgerError, RetentionError
-from collector.ledger.retention import AckBook, check_prune, prune_limit
 from veritap.tls import ServerTls
 from veritap.toml_section import ConfigError
 
+from collector.ledger.config import ACKS_FILE_NAME, LedgerConfig, ledger_config_from_table
+from collector.ledger.errors import LedgerError, RetentionError
+from collector.ledger.retention import AckBook, check_prune, prune_limit
 
-def _write(tmp_path: Path, text: str) -> Path:
-    path = tmp_path / "collector.toml"
-    path.write_text(text)
-    return path
+
+def _load(tmp_path: Path, text: str) -> LedgerConfig:
+    table = tomllib.loads(text).get("ledger", {})
+    return ledger_config_from_table(table, base_dir=tmp_path)
 
 
 def test_defaults_listen_on_loopback_without_tls(tmp_path: Path) -> None:
-    config = load_ledger_config(_write(tmp_path, ""))
+    config = _load(tmp_path, "")
     assert config.listen == "127.0.0.1:7700"
     assert config.tls is None
     assert config.acks_path(tmp_path / "log") == tmp_path / "log" / ACKS_FILE_NAME
 
 
 def test_tls_paths_resolve_against_the_config_folder(tmp_path: Path) -> None:
-    config = load_ledger_config(
-        _write(
-            tmp_path,
-            '[ledger]\nlisten = "0.0.0.0:7700"\ntls_cert = "c.pem"\ntls_key = "/k.pem"\n'
-            'tls_client_ca = "ca.pem"\nverifiers = ["a", "b"]\n',
-        )
+    config = _load(
+        tmp_path,
+        '[ledger]\nlisten = "0.0.0.0:7700"\ntls_cert = "c.pem"\ntls_key = "/k.pem"\n'
+        'tls_client_ca = "ca.pem"\nverifiers = ["a", "b"]\n',
     )
     assert config.tls == ServerTls(tmp_path / "c.pem", Path("/k.pem"), tmp_path / "ca.pem")
     assert config.verifiers == ("a", "b")
@@ -55,12 +53,12 @@ def test_tls_paths_resolve_against_the_config_folder(tmp_path: Path) -> None:
 )
 def test_bad_settings_name_their_key(tmp_path: Path, text: str, key: str) -> None:
     with pytest.raises(ConfigError, match=f"^{key}:"):
-        load_ledger_config(_write(tmp_path, f"[ledger]\n{text}\n"))
+        _load(tmp_path, f"[ledger]\n{text}\n")
 
 
 def test_plaintext_is_allowed_on_any_loopback_form(tmp_path: Path) -> None:
     for listen in ("127.0.0.2:1", "[::1]:1", "localhost:1"):
-        assert load_ledger_config(_write(tmp_path, f'[ledger]\nlisten = "{listen}"\n')).tls is None
+        assert _load(tmp_path, f'[ledger]\nlisten = "{listen}"\n').tls is None
 
 
 def test_ack_book_moves_forward_only_and_survives_reopening(tmp_path: Path) -> None:
