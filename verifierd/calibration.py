@@ -1,0 +1,99 @@
+"""Choosing Δmax and the threshold of a commitment from its honest traffic (no I/O).
+
+Input: the raw per-token margins (+inf = claimed token outside the mask) of
+responses known to be honest, recomputed on the verifier's engine. Output:
+
+- **Δmax** = the largest finite honest margin, never below ``min_delta_max``.
+  Margins beyond anything honest numerics produce are evidence, so they keep
+  their full weight up to the clip; an honest out-of-mask token (bf16 puts a
+  few just outside the nucleus) costs no more than the worst honest rounding.
+  float32 reproduction is exact (every margin 0), so there the floor applies.
+- **threshold**: the honest scores (mean margin clipped at Δmax) are computed,
+  and the threshold is their (1 - target FPR) empirical quantile when the
+  sample is large enough to resolve it (n ≥ 10 / FPR), otherwise their maximum;
+  either way multiplied by ``safety`` and never below ``min_threshold``, which
+  absorbs batch-dependent float rounding between the prover's and the
+  verifier's runs that a small sample may not show.
+
+The empirical false-positive rate of the chosen settings on the sample is
+reported with the resolution the sample size allows.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from verifierd.commitments import DifrSettings
+from verifierd.errors import VerifierdError
+
+#: Margins at or above this are "outside the mask" when they come back clipped
+#: from an engine asked for Δmax = UNCLIPPED.
+UNCLIPPED = 1e9
+
+
+class CalibrationError(VerifierdError):
+    """Not enough honest traffic to calibrate from."""
+
+
+@dataclass(frozen=True)
+class Calibration:
+    settings: DifrSettings
+    target_fpr: float
+    responses: int
+    tokens: int
+    #: Honest tokens outside the mask / all honest tokens.
+    out_of_mask_rate: float
+    #: Largest finite honest margin seen.
+    max_margin: float
+    #: Largest honest score at the chosen Δmax.
+    max_score: float
+    #: Honest responses the chosen settings would FAIL (0 by construction unless
+    #: the quantile rule was used).
+    false_positives: int
+    #: "quantile" or "maximum": which rule set the threshold.
+    rule: str
+
+
+def calibrate(
+    honest: Sequence[npt.NDArray[np.float64]],
+    *,
+    target_fpr: float,
+    sample_rate: float,
+    safety: float = 1.5,
+    min_delta_max: float = 1.0,
+    min_threshold: float = 0.01,
+) -> Calibration:
+    """Settings for a target false-positive rate from honest responses' raw margins."""
+    if not 0 < target_fpr < 1:
+        raise CalibrationError(f"target FPR must be in (0, 1): {target_fpr}")
+    responses = [np.asarray(m, dtype=np.float64) for m in honest if len(m)]
+    if len(responses) < 2:
+        raise CalibrationError("need at least 2 honest responses with tokens")
+    raw = np.concatenate([np.where(m >= UNCLIPPED, np.inf, m) for m in responses])
+    finite = raw[np.isfinite(raw)]
+    max_margin = float(finite.max()) if finite.size else 0.0
+    delta_max = max(min_delta_max, max_margin)
+    scores = np.array(
+        [np.minimum(np.where(m >= UNCLIPPED, np.inf, m), delta_max).mean() for m in responses]
+    )
+    if len(responses) >= math.ceil(10 / target_fpr):
+        base, rule = float(np.quantile(scores, 1 - target_fpr, method="higher")), "quantile"
+    else:
+        base, rule = float(scores.max()), "maximum"
+    threshold = max(min_threshold, base * safety)
+    return Calibration(
+        settings=DifrSettings(threshold=threshold, delta_max=delta_max, sample_rate=sample_rate),
+        target_fpr=target_fpr,
+        responses=len(responses),
+        tokens=int(raw.size),
+        out_of_mask_rate=float(np.isinf(raw).mean()),
+        max_margin=max_margin,
+        max_score=float(scores.max()),
+        false_positives=int((scores > threshold).sum()),
+        rule=rule,
+    )

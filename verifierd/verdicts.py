@@ -1,0 +1,140 @@
+"""Verdicts: building them, signing them with the verifier's Ed25519 key, checking them.
+
+A :class:`~veritap.v1.verifier_pb2.SignedVerdict` carries the serialized
+``Verdict`` bytes verbatim, the Ed25519 signature over exactly those bytes and
+the C2SP key id of the verifier key, so anyone holding the verifier's public
+key can check a verdict later without trusting the store it came from.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from enum import StrEnum
+from pathlib import Path
+
+from veritap.signing import Signer, Verifier
+from veritap.v1 import verifier_pb2
+
+from verifierd.errors import VerifierdError
+
+log = logging.getLogger(__name__)
+
+PASS = verifier_pb2.VERDICT_STATUS_PASS
+FAIL = verifier_pb2.VERDICT_STATUS_FAIL
+UNVERIFIABLE = verifier_pb2.VERDICT_STATUS_UNVERIFIABLE
+SKIPPED = verifier_pb2.VERDICT_STATUS_SKIPPED
+
+
+class Reason(StrEnum):
+    """Why a record got UNVERIFIABLE or SKIPPED (``Verdict.reason``)."""
+
+    #: Sampled at temperature > 0 without a seed: the noise cannot be rebuilt.
+    NO_SEED = "no_seed"
+    #: The capture is not complete (gap, truncation, mid-stream, parse error).
+    CAPTURE_GAP = "capture_gap"
+    #: No commitment serves the record's model name.
+    UNKNOWN_COMMITMENT = "unknown_commitment"
+    #: Neither token ids nor a faithful re-tokenization are available.
+    TOKENS_UNAVAILABLE = "tokens_unavailable"
+    #: The request used a feature the sampler profile cannot replay (penalties,
+    #: logit bias, structured output, ...).
+    SAMPLER_NOT_REPRODUCIBLE = "sampler_not_reproducible"
+    #: The cached weights do not match the commitment's digests.
+    WEIGHTS_MISMATCH = "weights_mismatch"
+    #: The commitment's weights are not in the cache.
+    WEIGHTS_MISSING = "weights_missing"
+    #: The engine failed on every attempt.
+    ENGINE_ERROR = "engine_error"
+    #: The exchange produced nothing to verify (HTTP error, no choices).
+    NO_OUTPUT = "no_output"
+    #: The record's envelope or record bytes do not parse.
+    BAD_RECORD = "bad_record"
+    #: Not selected by the commitment's sampling policy (SKIPPED).
+    NOT_SAMPLED = "not_sampled"
+
+
+class VerdictSignatureError(VerifierdError):
+    """A signed verdict's key id or signature does not check out."""
+
+
+def sign_verdict(verdict: verifier_pb2.Verdict, signer: Signer) -> verifier_pb2.SignedVerdict:
+    data = verdict.SerializeToString(deterministic=True)
+    return verifier_pb2.SignedVerdict(
+        verdict=data, signature=signer.sign(data), key_id=signer.key_id
+    )
+
+
+def check_signed_verdict(
+    signed: verifier_pb2.SignedVerdict, verifier: Verifier
+) -> verifier_pb2.Verdict:
+    """The verdict inside ``signed`` when ``verifier``'s key signed exactly its bytes."""
+    if signed.key_id != verifier.key_id:
+        raise VerdictSignatureError(
+            f"verdict signed by key {signed.key_id.hex()}, expected {verifier.key_id.hex()}"
+        )
+    if not verifier.verify(signed.verdict, signed.signature):
+        raise VerdictSignatureError("verdict signature does not verify")
+    return verifier_pb2.Verdict.FromString(signed.verdict)
+
+
+def load_or_create_signer(path: Path, name: str) -> Signer:
+    """The verifier's key from ``path``; on first start a new key is written there
+    (mode 0600) with its public verifier key beside it in ``<path>.pub``."""
+    if path.exists():
+        return Signer.load(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    signer = Signer.generate(name)
+    signer.save(path)
+    pub = path.with_name(path.name + ".pub")
+    pub.write_text(signer.verifier().key_string() + "\n", encoding="utf-8")
+    log.info("generated verifier key", extra={"path": str(path), "key_id": signer.key_id.hex()})
+    return signer
+
+
+def load_or_create_secret(path: Path) -> bytes:
+    """The sampling policy's HMAC key (32 random bytes, mode 0600, made on first start).
+    Kept apart from the signing key: knowing it lets a prover predict which records
+    are checked."""
+    if path.exists():
+        secret = path.read_bytes()
+        if len(secret) < 16:
+            raise VerifierdError(f"{path}: sampling secret shorter than 16 bytes")
+        return secret
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    secret = os.urandom(32)
+    with os.fdopen(fd, "wb") as out:
+        out.write(secret)
+    return secret
+
+
+def base_verdict(
+    *,
+    origin: str,
+    seq: int,
+    entry_hash: bytes,
+    record_id: str,
+    model: str,
+    commitment_id: str = "",
+) -> verifier_pb2.Verdict:
+    """The fields every verdict has: which record, which entry, which commitment."""
+    return verifier_pb2.Verdict(
+        record_id=record_id,
+        origin=origin,
+        seq=seq,
+        entry_hash=entry_hash,
+        commitment_id=commitment_id,
+        model=model,
+        decided_at_ns=time.time_ns(),
+    )
+
+
+def unverifiable(
+    verdict: verifier_pb2.Verdict, reason: Reason, detail: str
+) -> verifier_pb2.Verdict:
+    verdict.status = SKIPPED if reason is Reason.NOT_SAMPLED else UNVERIFIABLE
+    verdict.reason = reason.value
+    verdict.detail = detail
+    return verdict
