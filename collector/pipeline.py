@@ -45,6 +45,30 @@ class PipelineSummary:
     internal_errors: int
     kernel_drops: int = 0
 
+    def report(self, elapsed: float, cpu: float, appended: int, failed: int) -> str:
+        """The end-of-run summary the commands print."""
+        r = self.reassembly
+        d = self.decode
+        qualities = ", ".join(f"{k} {v}" for k, v in sorted(self.records_by_quality.items()))
+        rate = self.records / elapsed if elapsed else 0.0
+        throughput = self.captured_bytes / 1e6 / elapsed if elapsed else 0.0
+        lines = [
+            f"packets         {self.frames} ({self.captured_bytes / 1e6:.1f} MB)",
+            f"tcp segments    {d.segments} (not tcp/ip: {d.non_ip + d.non_tcp}, "
+            f"fragments {d.ip_fragments}, malformed {d.malformed})",
+            f"flows           {r.flows_opened} (midstream directions {r.midstream_directions})",
+            f"records         {self.records} ({qualities or 'none'})",
+            f"appended        {appended}" + (f" (failed {failed})" if failed else ""),
+            f"not recorded    {self.http.not_recorded} exchanges on unknown paths",
+            f"gaps            {r.gaps} ({r.gap_bytes} bytes), "
+            f"conflicting overlaps {r.overlap_conflicts}",
+            f"drops           kernel {self.kernel_drops}, late segments {r.late_segments}, "
+            f"memory cap hits {r.memory_cap_hits}, internal errors {self.internal_errors}",
+            f"rate            {rate:.0f} records/s, {throughput:.1f} MB/s, "
+            f"{elapsed:.2f} s ({cpu:.2f} s CPU)",
+        ]
+        return "\n".join(lines) + "\n"
+
 
 @dataclass(slots=True)
 class _Counts:

@@ -89,7 +89,7 @@ def run(args: argparse.Namespace) -> int:
     finally:
         reader.close()
         log.close()
-    _print_summary(summary, elapsed, cpu, writer.appended, writer.failed)
+    sys.stdout.write(summary.report(elapsed, cpu, writer.appended, writer.failed))
     if args.summary_json is not None:
         args.summary_json.write_text(
             json.dumps(
@@ -154,28 +154,3 @@ def _replay(
         time.process_time() - cpu_started,
         writer,
     )
-
-
-def _print_summary(
-    summary: PipelineSummary, elapsed: float, cpu: float, appended: int, failed: int
-) -> None:
-    r = summary.reassembly
-    d = summary.decode
-    qualities = ", ".join(f"{k} {v}" for k, v in sorted(summary.records_by_quality.items()))
-    lines = [
-        f"packets         {summary.frames} ({summary.captured_bytes / 1e6:.1f} MB)",
-        f"tcp segments    {d.segments} (not tcp/ip: {d.non_ip + d.non_tcp}, "
-        f"fragments {d.ip_fragments}, malformed {d.malformed})",
-        f"flows           {r.flows_opened} (midstream directions {r.midstream_directions})",
-        f"records         {summary.records} ({qualities or 'none'})",
-        f"appended        {appended}" + (f" (failed {failed})" if failed else ""),
-        f"not recorded    {summary.http.not_recorded} exchanges on unknown paths",
-        f"gaps            {r.gaps} ({r.gap_bytes} bytes), "
-        f"conflicting overlaps {r.overlap_conflicts}",
-        f"drops           kernel {summary.kernel_drops}, late segments {r.late_segments}, "
-        f"memory cap hits {r.memory_cap_hits}, internal errors {summary.internal_errors}",
-        f"rate            {summary.records / elapsed if elapsed else 0:.0f} records/s, "
-        f"{summary.captured_bytes / 1e6 / elapsed if elapsed else 0:.1f} MB/s, "
-        f"{elapsed:.2f} s ({cpu:.2f} s CPU)",
-    ]
-    sys.stdout.write("\n".join(lines) + "\n")

@@ -1,0 +1,153 @@
+"""`collector run --config collector.toml`: capture live traffic into the log until SIGTERM."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+import threading
+import time
+from dataclasses import replace
+from pathlib import Path
+from types import FrameType
+
+from veritap.signing import KeyFormatError, Signer
+from veritap.toml_section import ConfigError
+
+from collector.capture.errors import CaptureError
+from collector.capture.live import LiveCapture
+from collector.config import CollectorConfig, load_config
+from collector.log import Log, LogError
+from collector.pipeline import CapturePipeline, LogWriter
+
+logger = logging.getLogger(__name__)
+READ_TIMEOUT_S = 0.2
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser(
+        "run",
+        help="capture live traffic into the log",
+        description=(
+            "Capture the API traffic on an interface (AF_PACKET), turn every exchange into a "
+            "record and append it to the log; SIGTERM or SIGINT flush and close cleanly."
+        ),
+    )
+    parser.add_argument("--config", type=Path, help="collector TOML file (defaults otherwise)")
+    parser.add_argument("--interface", help="override capture.interface")
+    parser.add_argument("--log", type=Path, metavar="DIR", help="override log.path")
+    parser.add_argument("--key", type=Path, help="override log.key")
+    parser.set_defaults(func=run)
+
+
+def _config(args: argparse.Namespace) -> CollectorConfig:
+    config = load_config(args.config)
+    if args.interface:
+        config = replace(config, capture=replace(config.capture, interface=args.interface))
+    if args.log:
+        config = replace(config, log=replace(config.log, path=args.log))
+    if args.key:
+        config = replace(config, log=replace(config.log, key=args.key))
+    return config
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        config = _config(args)
+    except ConfigError as exc:
+        print(f"collector run: {exc}", file=sys.stderr)
+        return 2
+    if not config.log.key.exists():
+        print(
+            f"collector run: no signing key at {config.log.key}; create one with "
+            f"`collector keygen --name {config.origin} --out {config.log.key}`",
+            file=sys.stderr,
+        )
+        return 2
+    try:
+        signer = Signer.load(config.log.key)
+        log = Log.open(config.log.path, origin=config.origin, signer=signer)
+    except (KeyFormatError, LogError, OSError) as exc:
+        print(f"collector run: {exc}", file=sys.stderr)
+        return 2
+    try:
+        capture = _open_capture(config)
+    except CaptureError as exc:
+        log.close()
+        print(f"collector run: {exc}", file=sys.stderr)
+        return 2
+    stop = threading.Event()
+
+    def on_signal(signum: int, _frame: FrameType | None) -> None:
+        logger.info("stopping", extra={"signal": signum})
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    writer = LogWriter(
+        log, batch_records=config.log.batch_records, batch_delay_s=config.log.batch_delay_s
+    )
+    pipeline = CapturePipeline(config, writer.put)
+    started, cpu_started = time.perf_counter(), time.process_time()
+    print(f"collector: capturing on {config.capture.interface}", file=sys.stderr, flush=True)
+    try:
+        _capture_loop(config, capture, pipeline, writer, stop)
+    finally:
+        pipeline.finish()
+        writer.close()
+        drops = capture.stats().drops
+        capture.close()
+        log.close()
+    summary = pipeline.summary(kernel_drops=drops)
+    elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu_started
+    sys.stdout.write(summary.report(elapsed, cpu, writer.appended, writer.failed))
+    return 0 if writer.error is None else 1
+
+
+def _open_capture(config: CollectorConfig) -> LiveCapture:
+    c = config.capture
+    return LiveCapture(
+        c.interface,
+        bpf_filter=c.filter,
+        promiscuous=c.promiscuous,
+        snaplen=c.snaplen,
+        fanout_group=c.fanout_group,
+        block_bytes=c.ring_block_bytes,
+        blocks=c.ring_blocks,
+    )
+
+
+def _capture_loop(
+    config: CollectorConfig,
+    capture: LiveCapture,
+    pipeline: CapturePipeline,
+    writer: LogWriter,
+    stop: threading.Event,
+) -> None:
+    linktype = capture.linktype
+    frame = pipeline.frame
+    next_stats = time.monotonic() + config.capture.stats_interval_s
+    while not stop.is_set() and writer.error is None:
+        frames = capture.read(READ_TIMEOUT_S)
+        for ts, data, vlans in frames:
+            frame(ts, linktype, data, vlans)
+        if not frames:
+            pipeline.advance(time.time_ns())
+        if time.monotonic() >= next_stats:
+            next_stats = time.monotonic() + config.capture.stats_interval_s
+            kernel = capture.stats()
+            summary = pipeline.summary(kernel_drops=kernel.drops)
+            logger.info(
+                "capture stats",
+                extra={
+                    "packets": summary.frames,
+                    "kernel_packets": kernel.packets,
+                    "kernel_drops": kernel.drops,
+                    "records": summary.records,
+                    "appended": writer.appended,
+                    "open_flows": pipeline.reassembler.open_flows,
+                    "gaps": summary.reassembly.gaps,
+                    "internal_errors": summary.internal_errors,
+                },
+            )
