@@ -1,0 +1,80 @@
+"""`collector serve --config collector.toml`: serve an existing log over gRPC.
+
+The LedgerService (with the gRPC health service and server reflection) serves the log of
+`[log] path` and `[collector] origin`, as `[ledger]` says; `--log`, `--origin` and
+`--listen` override those settings. The log is opened read-only, so this can run beside
+the process that appends to it (`collector run` serves its own log in-process instead,
+through `start_ledger_service`). New entries are found by polling every `ledger.poll_s`.
+SIGTERM or SIGINT stops the server gracefully. Prints one line, `ledger listening on
+HOST:PORT`, once the port is bound (useful with port 0).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from veritap.tls import TlsConfigError, require_tls_off_loopback, split_host_port
+from veritap.toml_section import ConfigError
+
+from collector.config import load_config
+from collector.ledger.config import LedgerConfig
+from collector.ledger.errors import LedgerError
+from collector.ledger.server import start_ledger_service
+from collector.log import Log, LogError
+
+logger = logging.getLogger(__name__)
+
+
+def register(subparsers: Any) -> None:
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        "serve", help="serve an existing log to verifiers over gRPC"
+    )
+    parser.add_argument("--config", type=Path, help="collector TOML file")
+    parser.add_argument("--log", type=Path, help="the log directory, overriding log.path")
+    parser.add_argument("--origin", help="the log's origin, overriding collector.origin")
+    parser.add_argument("--listen", help="host:port, overriding ledger.listen")
+    parser.set_defaults(func=run)
+
+
+def _ledger_config(config: LedgerConfig, listen: str | None) -> LedgerConfig:
+    if not listen:
+        return config
+    split_host_port(listen)
+    require_tls_off_loopback(listen, config.tls)
+    return replace(config, listen=listen)
+
+
+async def serve(log_dir: Path, origin: str, config: LedgerConfig) -> None:
+    log = Log.open(log_dir, origin=origin, readonly=True)
+    try:
+        server = await start_ledger_service(log, config, log_dir=log_dir)
+        host, _ = split_host_port(config.listen)
+        shown = f"[{host}]" if ":" in host else host
+        sys.stdout.write(f"ledger listening on {shown}:{server.port}\n")
+        sys.stdout.flush()
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, stop.set)
+        await stop.wait()
+        await server.stop()
+    finally:
+        log.close()
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        config = load_config(args.config)
+        ledger = _ledger_config(config.ledger, args.listen)
+        asyncio.run(serve(args.log or config.log.path, args.origin or config.origin, ledger))
+    except (ConfigError, TlsConfigError, LedgerError, LogError) as exc:
+        sys.stderr.write(f"collector serve: {exc}\n")
+        return 2
+    return 0

@@ -1,0 +1,111 @@
+"""Start and stop the collector's gRPC server: LedgerService, health and reflection.
+
+`start_ledger_service` is what both `collector serve` and the capture daemon
+(`collector run`) call inside their asyncio loop:
+
+    server = await start_ledger_service(log, config.ledger, log_dir=..., stats_provider=...)
+    ...
+    await server.stop()
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from pathlib import Path
+from typing import Any
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+from veritap.tls import server_credentials
+from veritap.v1 import ledger_pb2, ledger_pb2_grpc
+
+from collector.ledger.config import LedgerConfig
+from collector.ledger.errors import LedgerError
+from collector.ledger.retention import AckBook
+from collector.ledger.service import LedgerServicer, StatsProvider
+from collector.log import Log
+
+logger = logging.getLogger(__name__)
+
+LEDGER_SERVICE_NAME = ledger_pb2.DESCRIPTOR.services_by_name["LedgerService"].full_name
+
+
+class LedgerServer:
+    """A running gRPC server; `port` is the bound port (useful when listening on port 0)."""
+
+    def __init__(
+        self,
+        server: grpc.aio.Server,
+        port: int,
+        servicer: LedgerServicer,
+        health_servicer: Any,
+        book: AckBook,
+    ) -> None:
+        self.server = server
+        self.port = port
+        self.servicer = servicer
+        self._health = health_servicer
+        self.book = book
+
+    async def stop(self, grace_s: float | None = 1.0) -> None:
+        """Report NOT_SERVING, let streams end within `grace_s`, then write the ack book."""
+        await self._health.enter_graceful_shutdown()
+        self.servicer.close_streams()
+        await self.server.stop(grace_s)
+        self.book.flush()
+
+    async def wait_for_termination(self) -> None:
+        await self.server.wait_for_termination()
+
+
+async def start_ledger_service(
+    log: Log,
+    config: LedgerConfig,
+    *,
+    log_dir: Path,
+    stats_provider: StatsProvider | None = None,
+) -> LedgerServer:
+    """Serve `log` on `config.listen` in the running loop; returns once the port is bound.
+
+    `log_dir` locates the acknowledgement book when `config.acks_file` is not set.
+    `stats_provider` fills GetStatus's capture statistics (the capture daemon passes one).
+    """
+    book = AckBook.load(config.acks_path(log_dir))
+    loop = asyncio.get_running_loop()
+    servicer = LedgerServicer(log, config, book, stats_provider, loop)
+    server = grpc.aio.server(
+        options=[
+            ("grpc.max_send_message_length", 16 << 20),
+            ("grpc.max_receive_message_length", 1 << 20),
+            ("grpc.keepalive_time_ms", 20_000),
+            ("grpc.keepalive_timeout_ms", 10_000),
+            ("grpc.http2.min_ping_interval_without_data_ms", 5_000),
+            ("grpc.keepalive_permit_without_calls", 1),
+        ]
+    )
+    ledger_pb2_grpc.add_LedgerServiceServicer_to_server(servicer, server)
+    # grpc_health's stubs lack its asyncio servicer.
+    health_servicer = health.aio.HealthServicer()  # type: ignore[attr-defined]
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    reflection.enable_server_reflection(
+        (LEDGER_SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), server
+    )
+    try:
+        if config.tls is None:
+            port = server.add_insecure_port(config.listen)
+        else:
+            port = server.add_secure_port(config.listen, server_credentials(config.tls))
+    except RuntimeError as exc:
+        raise LedgerError(f"cannot listen on {config.listen!r}: {exc}") from exc
+    if port == 0:
+        raise LedgerError(f"cannot listen on {config.listen!r}")
+    await server.start()
+    log.add_commit_listener(servicer.notify_commit)
+    await health_servicer.set(LEDGER_SERVICE_NAME, health_pb2.HealthCheckResponse.SERVING)
+    logger.info(
+        "ledger service listening",
+        extra={"listen": config.listen, "port": port, "tls": config.tls is not None},
+    )
+    return LedgerServer(server, port, servicer, health_servicer, book)
