@@ -126,8 +126,9 @@ def _channel(args: argparse.Namespace) -> grpc.aio.Channel:
     )
 
 
+# The async stub class exists for type checkers only.
 _Action = Callable[
-    [verifier_pb2_grpc.VerifierServiceAsyncStub, argparse.Namespace], AsyncIterator[Message]
+    ["verifier_pb2_grpc.VerifierServiceAsyncStub", argparse.Namespace], AsyncIterator[Message]
 ]
 
 
