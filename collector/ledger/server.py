@@ -1,17 +1,21 @@
 """Start and stop the collector's gRPC server: LedgerService, health and reflection.
 
-`start_ledger_service` is what both `collector serve` and the capture daemon
-(`collector run`) call inside their asyncio loop:
+`start_ledger_service` is what a daemon with an asyncio loop (`collector serve`) calls in
+that loop:
 
     server = await start_ledger_service(log, config.ledger, log_dir=..., stats_provider=...)
     ...
     await server.stop()
+
+`LedgerServiceThread` does the same on a loop in its own thread, for a threaded daemon
+such as `collector run`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -83,6 +87,8 @@ async def start_ledger_service(
             ("grpc.keepalive_timeout_ms", 10_000),
             ("grpc.http2.min_ping_interval_without_data_ms", 5_000),
             ("grpc.keepalive_permit_without_calls", 1),
+            # A second collector on the same port must fail, not share the connections.
+            ("grpc.so_reuseport", 0),
         ]
     )
     ledger_pb2_grpc.add_LedgerServiceServicer_to_server(servicer, server)
@@ -109,3 +115,66 @@ async def start_ledger_service(
         extra={"listen": config.listen, "port": port, "tls": config.tls is not None},
     )
     return LedgerServer(server, port, servicer, health_servicer, book)
+
+
+class LedgerServiceThread:
+    """The LedgerService on an asyncio loop of its own, in a thread: for a daemon without a loop.
+
+    service = LedgerServiceThread(log, config.ledger, log_dir=config.log.path)
+    port = service.start()       # returns once listening; raises LedgerError if it cannot
+    ...
+    service.stop()
+    """
+
+    def __init__(
+        self,
+        log: Log,
+        config: LedgerConfig,
+        *,
+        log_dir: Path,
+        stats_provider: StatsProvider | None = None,
+    ) -> None:
+        self._log = log
+        self._config = config
+        self._log_dir = log_dir
+        self._stats_provider = stats_provider
+        self._thread = threading.Thread(target=self._run, name="ledger-service", daemon=True)
+        self._started = threading.Event()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop: asyncio.Event | None = None
+        self._error: BaseException | None = None
+        self.port = 0
+
+    def start(self, timeout_s: float = 30.0) -> int:
+        self._thread.start()
+        if not self._started.wait(timeout_s):
+            raise LedgerError("the ledger service did not start in time")
+        if self._error is not None:
+            raise LedgerError(f"the ledger service did not start: {self._error}") from self._error
+        return self.port
+
+    def stop(self, grace_s: float = 1.0) -> None:
+        if self._loop is not None and self._stop is not None:
+            self._loop.call_soon_threadsafe(self._stop.set)
+        self._thread.join(grace_s + 10.0)
+
+    def _run(self) -> None:
+        try:
+            asyncio.run(self._main())
+        except BaseException as exc:  # reported to start(), or logged once running
+            if not self._started.is_set():
+                self._error = exc
+                self._started.set()
+            else:
+                logger.exception("the ledger service failed")
+
+    async def _main(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._stop = asyncio.Event()
+        server = await start_ledger_service(
+            self._log, self._config, log_dir=self._log_dir, stats_provider=self._stats_provider
+        )
+        self.port = server.port
+        self._started.set()
+        await self._stop.wait()
+        await server.stop()

@@ -20,7 +20,8 @@ from veritap.v1 import ledger_pb2, ledger_pb2_grpc
 
 from collector.cli import main as collector_main
 from collector.ledger.config import LedgerConfig
-from collector.ledger.server import LedgerServer, start_ledger_service
+from collector.ledger.errors import LedgerError
+from collector.ledger.server import LedgerServer, LedgerServiceThread, start_ledger_service
 from collector.log import Log
 from tests.ledger_fixtures import ORIGIN, append, open_log
 
@@ -299,3 +300,38 @@ async def test_prune_waits_for_every_configured_verifier(served: Served, tmp_pat
     assert collector_main([*common, "--origin", ORIGIN, "--before", "61"]) == 0
     with Log.open(served.log_dir, origin=ORIGIN, readonly=True) as log:
         assert log.retention_floor == 61
+
+
+def test_a_threaded_daemon_runs_the_service_on_its_own_loop(tmp_path: Path) -> None:
+    log = open_log(tmp_path / "log", Signer.generate(ORIGIN))
+    append(log, 0, 5)
+    stats = ledger_pb2.CaptureStats(packets=42)
+    service = LedgerServiceThread(
+        log,
+        LedgerConfig(listen="127.0.0.1:0"),
+        log_dir=tmp_path / "log",
+        stats_provider=lambda: stats,
+    )
+    port = service.start()
+    try:
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+            stub = ledger_pb2_grpc.LedgerServiceStub(channel)
+            append(log, 5, 5)
+            status = stub.GetStatus(ledger_pb2.GetStatusRequest(), timeout=10)
+    finally:
+        service.stop()
+        log.close()
+    assert (status.head_seq, status.capture.packets) == (10, 42)
+
+
+def test_a_port_in_use_is_an_error_at_start(tmp_path: Path) -> None:
+    log = open_log(tmp_path / "log", Signer.generate(ORIGIN))
+    first = LedgerServiceThread(log, LedgerConfig(listen="127.0.0.1:0"), log_dir=tmp_path / "log")
+    port = first.start()
+    config = LedgerConfig(listen=f"127.0.0.1:{port}")
+    try:
+        with pytest.raises(LedgerError):
+            LedgerServiceThread(log, config, log_dir=tmp_path / "log").start()
+    finally:
+        first.stop()
+        log.close()
