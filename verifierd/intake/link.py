@@ -1,0 +1,415 @@
+"""One collector link: subscribe, verify, store exactly once, acknowledge; reconnect on failure.
+
+Each session starts from the store's cursor (the last entry stored and its hash), so after
+a crash or a network cut the collector resends exactly what was not yet stored. Entries
+are checked as they arrive (`IntakeChain`) and handed to a single ingest task that writes
+everything verified so far in one store transaction (entries, queue and cursor together),
+then acknowledges that seq to the collector. Network errors reconnect with exponential
+backoff; a violation (fork, gap, bad hash, bad signature, rollback) stops this link for
+good and records an alert with its evidence in the store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+from veritap.signing import KeyFormatError, Verifier
+from veritap.tls import ClientTls, channel_credentials, channel_options, require_tls_off_loopback
+from veritap.v1 import ledger_pb2, ledger_pb2_grpc, log_pb2
+
+from verifierd.config import CollectorConfig
+from verifierd.errors import VerifierdError
+from verifierd.intake.backoff import Backoff
+from verifierd.intake.chain import IntakeChain, ViolationError
+from verifierd.intake.frontier_file import FrontierFile, recover_chain
+from verifierd.metrics import VerifierMetrics
+from verifierd.store import Store
+
+logger = logging.getLogger(__name__)
+
+# Status codes after which retrying cannot help: the collector's log contradicts ours.
+_VIOLATION_CODES = {
+    grpc.StatusCode.FAILED_PRECONDITION,
+    grpc.StatusCode.OUT_OF_RANGE,
+    grpc.StatusCode.NOT_FOUND,
+}
+
+
+@dataclass(frozen=True)
+class LinkStatus:
+    origin: str
+    address: str
+    #: Last seq stored from this collector.
+    stored_seq: int
+    #: The collector's head as its last heartbeat said (0 before the first).
+    remote_head_seq: int
+    #: "connecting", "streaming", "retrying: <why>", "alert: <reason>" or "stopped".
+    state: str
+    last_contact_ns: int
+    alert_reason: str
+
+
+def load_collector_key(text: str) -> Verifier:
+    """A C2SP verifier-key string, or the path of a file holding one."""
+    try:
+        return Verifier.parse(text)
+    except KeyFormatError:
+        return Verifier.load(Path(text).expanduser())
+
+
+def client_tls(collector: CollectorConfig) -> ClientTls | None:
+    if not collector.ca_file:
+        return None
+    return ClientTls(
+        ca=Path(collector.ca_file),
+        cert=Path(collector.cert_file) if collector.cert_file else None,
+        key=Path(collector.key_file) if collector.key_file else None,
+    )
+
+
+class _Requests:
+    """The request stream: Start, then the acknowledgements the ingester queues."""
+
+    def __init__(self, start: ledger_pb2.SubscribeStart) -> None:
+        self._queue: asyncio.Queue[ledger_pb2.SubscribeRequest | None] = asyncio.Queue()
+        self._queue.put_nowait(ledger_pb2.SubscribeRequest(start=start))
+
+    def ack(self, durable_seq: int) -> None:
+        ack = ledger_pb2.SubscribeAck(durable_seq=durable_seq)
+        self._queue.put_nowait(ledger_pb2.SubscribeRequest(ack=ack))
+
+    def close(self) -> None:
+        """End the request stream, so gRPC's task that reads it finishes too."""
+        self._queue.put_nowait(None)
+
+    def __aiter__(self) -> _Requests:
+        return self
+
+    async def __anext__(self) -> ledger_pb2.SubscribeRequest:
+        request = await self._queue.get()
+        if request is None:
+            raise StopAsyncIteration
+        return request
+
+
+class _Ingester:
+    """Writes verified entries in as few transactions as the disk allows, then acks them."""
+
+    def __init__(
+        self,
+        store: Store,
+        origin: str,
+        *,
+        chain: IntakeChain,
+        frontier_file: FrontierFile,
+        requests: _Requests,
+        on_stored: Callable[[int], None],
+    ) -> None:
+        self._store = store
+        self._origin = origin
+        self._chain = chain
+        self._frontier_file = frontier_file
+        self._requests = requests
+        self._on_stored = on_stored
+        # (seq, envelope, entry hash) checked and waiting for the next transaction.
+        self._pending: list[tuple[int, bytes, bytes]] = []
+        self._checkpoint: log_pb2.Checkpoint | None = None
+        self._wake = asyncio.Event()
+        self._closing = False
+        self._in_flight: asyncio.Future[None] | None = None
+
+    def add(self, entries: list[tuple[int, bytes, bytes]]) -> None:
+        self._pending.extend(entries)
+        self._wake.set()
+
+    def add_checkpoint(self, checkpoint: log_pb2.Checkpoint) -> None:
+        self._checkpoint = checkpoint
+        self._wake.set()
+
+    def close(self) -> None:
+        """Finish the transaction in flight and stop; what was not started is dropped."""
+        self._closing = True
+        self._wake.set()
+
+    async def settle(self) -> None:
+        """Wait for a store transaction still running in its thread (after a cancel)."""
+        if self._in_flight is not None:
+            await asyncio.wait([self._in_flight])
+            if not self._in_flight.cancelled() and self._in_flight.exception() is not None:
+                logger.warning(
+                    "the last ingest failed",
+                    extra={"origin": self._origin, "error": str(self._in_flight.exception())},
+                )
+
+    def _commit(
+        self,
+        entries: list[tuple[int, bytes, bytes]],
+        checkpoint: log_pb2.Checkpoint | None,
+        frontier: bytes,
+    ) -> None:
+        self._store.ingest(self._origin, entries, checkpoint=checkpoint)
+        if entries:
+            self._frontier_file.save(entries[-1][2], frontier)
+
+    async def run(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            if self._closing:
+                return
+            if not self._pending and self._checkpoint is None:
+                continue
+            entries, self._pending = self._pending, []
+            checkpoint, self._checkpoint = self._checkpoint, None
+            # Taken between two stream messages, so the chain stands exactly at entries[-1]
+            # (a checkpoint arrives after its last entry, and may come alone).
+            frontier = self._chain.frontier_bytes()
+            self._in_flight = loop.run_in_executor(
+                None, self._commit, entries, checkpoint, frontier
+            )
+            await asyncio.shield(self._in_flight)
+            if entries:
+                self._on_stored(entries[-1][0])
+                self._requests.ack(entries[-1][0])
+
+
+class CollectorLink:
+    """Intake from one collector; `run()` returns only when the link is stopped or alerted."""
+
+    def __init__(
+        self,
+        store: Store,
+        collector: CollectorConfig,
+        *,
+        key: Verifier,
+        verifier_id: str,
+        state_dir: Path,
+        backoff: Backoff | None = None,
+        metrics: VerifierMetrics | None = None,
+    ) -> None:
+        self._store = store
+        self._metrics = metrics
+        self.collector = collector
+        self.origin = collector.origin
+        self._key = key
+        self._verifier_id = verifier_id
+        self._tls = client_tls(collector)
+        require_tls_off_loopback(collector.address, self._tls)
+        self._frontier_file = FrontierFile(state_dir / "intake", collector.origin)
+        self._backoff = backoff or Backoff()
+        self.stored_seq = 0
+        self.remote_head_seq = 0
+        self.state = "connecting"
+        self.last_contact_ns = 0
+        self.alert_reason = ""
+
+    def status(self) -> LinkStatus:
+        return LinkStatus(
+            origin=self.origin,
+            address=self.collector.address,
+            stored_seq=self.stored_seq,
+            remote_head_seq=self.remote_head_seq,
+            state=self.state,
+            last_contact_ns=self.last_contact_ns,
+            alert_reason=self.alert_reason,
+        )
+
+    def _note_stored(self, seq: int) -> None:
+        if self._metrics is not None:
+            self._metrics.intake_entries.labels(self.origin).inc(seq - self.stored_seq)
+        self.stored_seq = seq
+
+    def _channel(self) -> grpc.aio.Channel:
+        options = channel_options(self._tls)
+        if self._tls is None:
+            return grpc.aio.insecure_channel(self.collector.address, options=options)
+        return grpc.aio.secure_channel(
+            self.collector.address, channel_credentials(self._tls), options=options
+        )
+
+    async def run(self) -> None:
+        """Stream until stopped (cancelled) or until a violation raises an alert."""
+        while True:
+            progressed = False
+            try:
+                progressed = await self._session()
+                why = "stream ended"
+            except ViolationError as violation:
+                await self._raise_alert(violation)
+                return
+            except grpc.aio.AioRpcError as exc:
+                why = f"{exc.code().name}: {exc.details()}"
+            except (OSError, VerifierdError) as exc:
+                why = str(exc)
+            if progressed:
+                self._backoff.reset()
+            delay = self._backoff.next_delay()
+            self.state = f"retrying: {why}"
+            logger.info(
+                "collector link down, reconnecting",
+                extra={"origin": self.origin, "why": why, "delay_s": round(delay, 3)},
+            )
+            await asyncio.sleep(delay)
+
+    async def _session(self) -> bool:
+        """One Subscribe stream; returns whether anything was stored before it ended."""
+        self.state = "connecting"
+        cursor = await asyncio.to_thread(self._store.cursor, self.origin)
+        verifier = await asyncio.to_thread(
+            recover_chain, self._store, self.origin, self._key, cursor, self._frontier_file
+        )
+        chain = IntakeChain(verifier, cursor.checkpoint)
+        self.stored_seq = cursor.seq
+        started_at = cursor.seq
+        async with self._channel() as channel:
+            stub: ledger_pb2_grpc.LedgerServiceAsyncStub = ledger_pb2_grpc.LedgerServiceStub(
+                channel
+            )
+            start = ledger_pb2.SubscribeStart(
+                origin=self.origin,
+                from_seq=chain.size + 1,
+                prev_hash=chain.last_hash,
+                window=self.collector.window,
+                models=self.collector.models,
+                verifier_id=self._verifier_id,
+            )
+            requests = _Requests(start)
+            call = stub.Subscribe(requests)
+            ingester = _Ingester(
+                self._store,
+                self.origin,
+                chain=chain,
+                frontier_file=self._frontier_file,
+                requests=requests,
+                on_stored=self._note_stored,
+            )
+            ingest_task = asyncio.create_task(ingester.run())
+            read_task = asyncio.create_task(self._read(call, chain, ingester, ingest_task))
+            try:
+                done, _ = await asyncio.wait(
+                    {read_task, ingest_task}, return_when=asyncio.FIRST_COMPLETED
+                )
+                for task in done:
+                    task.result()
+            except grpc.aio.AioRpcError as exc:
+                if exc.code() in _VIOLATION_CODES:
+                    raise await self._start_refused(stub, chain, exc) from exc
+                raise
+            finally:
+                for task in (read_task, ingest_task):
+                    task.cancel()
+                requests.close()
+                call.cancel()
+                await ingester.settle()
+        return self.stored_seq > started_at
+
+    async def _read(
+        self,
+        call: AsyncIterable[ledger_pb2.SubscribeResponse],
+        chain: IntakeChain,
+        ingester: _Ingester,
+        ingest_task: asyncio.Task[None],
+    ) -> None:
+        try:
+            async for response in call:
+                self.last_contact_ns = time.time_ns()
+                kind = response.WhichOneof("kind")
+                if kind == "batch":
+                    if self.state != "streaming":
+                        self.state = "streaming"
+                    ingester.add(chain.accept_entries(response.batch.entries))
+                elif kind == "checkpoint":
+                    chain.accept_checkpoint(response.checkpoint)
+                    ingester.add_checkpoint(response.checkpoint)
+                elif kind == "heartbeat":
+                    self.state = "streaming"
+                    self.remote_head_seq = response.heartbeat.head_seq
+                    if self._metrics is not None:
+                        lag = max(0, self.remote_head_seq - self.stored_seq)
+                        self._metrics.intake_lag.labels(self.origin).set(lag)
+        except ViolationError:
+            ingester.close()
+            await ingest_task
+            raise
+
+    async def _start_refused(
+        self,
+        stub: ledger_pb2_grpc.LedgerServiceAsyncStub,
+        chain: IntakeChain,
+        error: grpc.aio.AioRpcError,
+    ) -> ViolationError:
+        """The collector refused our position: gather what it says about it as evidence."""
+        code, detail = error.code(), error.details() or ""
+        checkpoints: list[log_pb2.Checkpoint] = []
+        if chain.last_checkpoint is not None:
+            checkpoints.append(chain.last_checkpoint)
+        if code == grpc.StatusCode.NOT_FOUND:
+            return ViolationError("origin_mismatch", detail, checkpoints=tuple(checkpoints))
+        remote_head = 0
+        try:
+            remote_head = (await stub.GetHead(ledger_pb2.GetHeadRequest(), timeout=5)).head_seq
+        except grpc.aio.AioRpcError as exc:
+            detail += f" (no head from the collector: {exc.code().name})"
+        sizes = [0] if chain.last_checkpoint is None else [chain.last_checkpoint.tree_size, 0]
+        for size in sizes:  # theirs at our checkpoint's size, and their latest
+            request = ledger_pb2.GetCheckpointRequest(tree_size=size)
+            try:
+                checkpoints.append((await stub.GetCheckpoint(request, timeout=5)).checkpoint)
+            except grpc.aio.AioRpcError as exc:
+                detail += f" (no checkpoint of size {size or 'latest'}: {exc.code().name})"
+        if code == grpc.StatusCode.OUT_OF_RANGE:
+            reason = "rollback" if remote_head < chain.size else "gap"
+            return ViolationError(reason, detail, checkpoints=tuple(checkpoints))
+        entries: tuple[ledger_pb2.StreamedEntry, ...] = ()
+        remote_hash = b""
+        if chain.size:
+            ours = await asyncio.to_thread(self._store.entry, self.origin, chain.size)
+            if ours is not None:
+                entries = (ledger_pb2.StreamedEntry(seq=ours.seq, envelope=ours.envelope),)
+            try:
+                proof = await stub.GetInclusionProof(
+                    ledger_pb2.GetInclusionProofRequest(seq=chain.size), timeout=5
+                )
+                remote_hash = proof.leaf_hash
+            except grpc.aio.AioRpcError as exc:
+                detail += f" (no leaf hash from the collector: {exc.code().name})"
+        return ViolationError(
+            "fork", detail, entries=entries, checkpoints=tuple(checkpoints), remote_hash=remote_hash
+        )
+
+    def set_alert_state(self, reason: str) -> None:
+        """Show an alert (e.g. one recorded before a restart); `run()` must not be started."""
+        self.alert_reason = reason
+        self.state = f"alert: {reason}"
+
+    async def _raise_alert(self, violation: ViolationError) -> None:
+        cursor = await asyncio.to_thread(self._store.cursor, self.origin)
+        evidence = ledger_pb2.IntakeEvidence(
+            origin=self.origin,
+            reason=violation.reason,
+            detail=violation.detail,
+            checkpoints=violation.checkpoints,
+            entries=violation.entries,
+            remote_hash=violation.remote_hash,
+            cursor_seq=cursor.seq,
+            cursor_hash=cursor.hash,
+            detected_at_ns=time.time_ns(),
+        )
+        await asyncio.to_thread(
+            self._store.set_alert, self.origin, violation.reason, evidence.SerializeToString()
+        )
+        self.stored_seq = cursor.seq
+        self.set_alert_state(violation.reason)
+        if self._metrics is not None:
+            self._metrics.intake_alerts.labels(self.origin, violation.reason).inc()
+        logger.error(
+            "intake stopped: the collector's log contradicts what was verified",
+            extra={"origin": self.origin, "reason": violation.reason, "detail": violation.detail},
+        )
