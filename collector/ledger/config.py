@@ -7,7 +7,9 @@
 listen = "127.0.0.1:7700"        # plaintext is allowed only on loopback
 tls_cert = "collector.pem"       # server certificate chain (PEM)
 tls_key = "collector.key"
-tls_client_ca = "ca.pem"         # set: mutual TLS, clients need a certificate from this CA
+tls_client_ca = "ca.pem"         # set: mutual TLS, clients need a certificate from this CA,
+                                 # and a subscriber's verifier_id must be a name in it (CN or
+                                 # SAN), so no client can acknowledge for another verifier
 verifiers = ["verifier-a"]       # retention: never prune what these have not acknowledged
 acks_file = "verifier-acks.json" # default: next to the log, in its directory
 heartbeat_s = 1.0

@@ -24,6 +24,13 @@ StatsProvider = Callable[[], ledger_pb2.CaptureStats]
 _Context = grpc.aio.ServicerContext[Any, Any]
 
 
+def certificate_names(context: _Context) -> set[str]:
+    """The client certificate's common name and subject alternative names (mutual TLS)."""
+    auth = context.auth_context()
+    found = [*auth.get("x509_common_name", ()), *auth.get("x509_subject_alternative_name", ())]
+    return {name.decode(errors="replace") for name in found}
+
+
 class LedgerServicer(ledger_pb2_grpc.LedgerServiceServicer):
     """Serves one log from the asyncio loop; `notify_commit` may be called from any thread."""
 
@@ -86,6 +93,15 @@ class LedgerServicer(ledger_pb2_grpc.LedgerServiceServicer):
             await context.abort(exc.code, str(exc))
         except LogError as exc:
             await context.abort(grpc.StatusCode.UNAVAILABLE, f"log error: {exc}")
+        tls = self._config.tls
+        if tls is not None and tls.client_ca is not None and start.verifier_id:
+            names = certificate_names(context)
+            if start.verifier_id not in names:
+                await context.abort(
+                    grpc.StatusCode.PERMISSION_DENIED,
+                    f"verifier_id {start.verifier_id!r} is not a name in the client certificate "
+                    f"({', '.join(sorted(names)) or 'none'})",
+                )
         subscription = Subscription(self._log, self._config, self._book, start, requests)
         self._subscriptions.add(subscription)
         logger.info(

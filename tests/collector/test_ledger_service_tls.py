@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -82,3 +83,32 @@ async def test_server_only_tls_needs_no_client_certificate_but_a_trusted_server(
         # A client pinning another CA does not trust this server.
         with pytest.raises(grpc.aio.AioRpcError):
             await _head(address, ClientTls(pki.rogue_ca))
+
+
+async def _start_then_wait(
+    start: ledger_pb2.SubscribeStart,
+) -> AsyncIterator[ledger_pb2.SubscribeRequest]:
+    yield ledger_pb2.SubscribeRequest(start=start)
+    await asyncio.Event().wait()  # keep the request stream open until the call ends
+
+
+@pytest.mark.parametrize(("verifier_id", "allowed"), [("verifier-a", True), ("verifier-b", False)])
+async def test_a_subscriber_acknowledges_only_under_its_certificate_name(
+    mtls_address: str, pki: LoopbackPki, verifier_id: str, allowed: bool
+) -> None:
+    start = ledger_pb2.SubscribeStart(
+        origin=ORIGIN, from_seq=1, prev_hash=bytes(32), verifier_id=verifier_id
+    )
+    tls = ClientTls(pki.ca, pki.client_cert, pki.client_key)
+    async with grpc.aio.secure_channel(mtls_address, channel_credentials(tls)) as channel:
+        stub: ledger_pb2_grpc.LedgerServiceAsyncStub = ledger_pb2_grpc.LedgerServiceStub(channel)
+        call = stub.Subscribe(_start_then_wait(start), timeout=10)
+        if allowed:
+            response = await call.read()
+            assert isinstance(response, ledger_pb2.SubscribeResponse)
+            assert [e.seq for e in response.batch.entries] == [1, 2, 3]
+            call.cancel()
+        else:
+            with pytest.raises(grpc.aio.AioRpcError) as caught:
+                await call.read()
+            assert caught.value.code() == grpc.StatusCode.PERMISSION_DENIED
