@@ -108,7 +108,8 @@ async def start_ledger_service(
     if port == 0:
         raise LedgerError(f"cannot listen on {config.listen!r}")
     await server.start()
-    log.add_commit_listener(servicer.notify_commit)
+    if not log.readonly:  # a read-only log is polled every config.poll_s instead
+        log.add_commit_listener(servicer.notify_commit)
     await health_servicer.set(LEDGER_SERVICE_NAME, health_pb2.HealthCheckResponse.SERVING)
     logger.info(
         "ledger service listening",
