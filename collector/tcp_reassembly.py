@@ -42,6 +42,7 @@ from collector.capture.decode import TCP_ACK, TCP_FIN, TCP_RST, TCP_SYN, TcpSegm
 CLIENT_TO_SERVER = 0
 SERVER_TO_CLIENT = 1
 _MASK = 0xFFFFFFFF
+_CONTROL = TCP_SYN | TCP_FIN | TCP_RST
 _HALF = 0x80000000
 
 
@@ -152,6 +153,7 @@ class _Flow:
     __slots__ = (
         "client_ip",
         "client_port",
+        "established",
         "halves",
         "handler",
         "info",
@@ -163,6 +165,8 @@ class _Flow:
     def __init__(self, info: FlowInfo, handler: StreamHandler, keys: tuple[FlowKey, FlowKey]):
         self.info = info
         self.last_ts = info.first_ts_ns
+        # Both directions' first sequence numbers are known (no more learning from ACKs).
+        self.established = False
         self.client_ip = info.client_ip
         self.client_port = info.client_port
         self.handler = handler
@@ -200,10 +204,18 @@ class Reassembler:
         stats = self.stats
         stats.segments += 1
         ts = seg.ts_ns
-        self._now = max(self._now, ts)
+        if ts > self._now:  # noqa: PLR1730 (hot path: max() costs a call)
+            self._now = ts
         key = (seg.src, seg.dst, seg.sport, seg.dport, seg.vlans)
         flow = self._flows.get(key)
         flags = seg.flags
+        if flow is not None and flow.established and not seg.payload and not flags & _CONTROL:
+            # A pure ACK of a flow past its handshake: only the flow's activity changes.
+            self._lru.move_to_end(flow.keys[0])
+            flow.last_ts = ts
+            if ts >= self._next_sweep:
+                self.advance(ts)
+            return
         if flow is not None and flags & TCP_SYN and not flags & TCP_ACK:
             flow = self._maybe_reused(flow, seg)
         if flow is None:
@@ -262,6 +274,8 @@ class Reassembler:
             else:
                 stats.out_of_order_segments += 1
                 self._buffer(flow, direction, pos, payload, ts)
+        if not flow.established and flow.halves[1 - direction].base is not None:
+            flow.established = True
         if flags & TCP_FIN and half.fin_at is None:
             half.fin_at = pos + len(seg.payload)
         if half.fin_at is not None:
@@ -381,9 +395,11 @@ class Reassembler:
 
     def _check_delivered(self, half: _Half, pos: int, data: bytes) -> None:
         end = pos + len(data)
-        for start, chunk in half.recent:
+        for start, chunk in reversed(half.recent):
             stop = start + len(chunk)
-            if stop <= pos or start >= end:
+            if stop <= pos:
+                return
+            if start >= end:
                 continue
             lo, hi = max(pos, start), min(end, stop)
             if chunk[lo - start : hi - start] != data[lo - pos : hi - pos]:

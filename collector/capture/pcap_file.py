@@ -98,6 +98,7 @@ class PcapReader(CaptureReader):
         linktype = self.linktype
         scale = self._ts_scale
         offset = self.position
+        new = tuple.__new__
         while offset + 16 <= size:
             sec, frac, caplen, wire_len = unpack_from(data, offset)
             start = offset + 16
@@ -106,7 +107,9 @@ class PcapReader(CaptureReader):
                 raise BadCaptureFileError(f"{self.path}: record at {start - 16} runs past the end")
             self.position = offset
             self.frames_read += 1
-            yield Frame(sec * 1_000_000_000 + frac * scale, linktype, data[start:offset], wire_len)
+            yield new(
+                Frame, (sec * 1_000_000_000 + frac * scale, linktype, data[start:offset], wire_len)
+            )
 
 
 class _Interface(NamedTuple):

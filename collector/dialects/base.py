@@ -230,16 +230,17 @@ class Dialect(ABC):
     ) -> None:
         choices: dict[int, _ChoiceAccumulator] = {}
         bad = 0
+        loads = json.loads
+        delta_text = self._delta_text
         for event in response.sse_events:
             data = event.data
-            if data == "[DONE]" or not data:
+            if data[:1] != "{":
+                if data and data != "[DONE]":
+                    bad += 1
                 continue
             try:
-                chunk = json.loads(data)
+                chunk = loads(data)
             except ValueError:
-                bad += 1
-                continue
-            if not isinstance(chunk, dict):
                 bad += 1
                 continue
             if "error" in chunk:
@@ -247,41 +248,35 @@ class Dialect(ABC):
                 continue
             if not view.response_id:
                 self._header_fields(chunk, view)
-            if chunk.get("usage") is not None:
-                fill_usage(chunk["usage"], view)
-            prompt_ids = _as_token_ids(chunk.get("prompt_token_ids"))
-            if prompt_ids is not None and not view.HasField("prompt_token_ids"):
-                set_token_ids(view.prompt_token_ids, prompt_ids)
+            usage = chunk.get("usage")
+            if usage is not None:
+                fill_usage(usage, view)
             items = chunk.get("choices")
-            if not isinstance(items, list):
+            if type(items) is not list:
                 continue
             for item in items:
-                if not isinstance(item, dict):
-                    bad += 1
-                    continue
-                index = _as_int(item.get("index"))
-                if index is None or index < 0:
+                index = item.get("index") if type(item) is dict else None
+                if type(index) is not int or index < 0:
                     bad += 1
                     continue
                 acc = choices.get(index)
                 if acc is None:
                     acc = choices[index] = _ChoiceAccumulator()
-                text = self._delta_text(item)
+                text = delta_text(item)
                 if text:
                     acc.text.append(text)
-                ids = _as_token_ids(item.get("token_ids"))
-                if ids is not None:
-                    acc.token_ids = ids if acc.token_ids is None else acc.token_ids + ids
-                item_prompt = _as_token_ids(item.get("prompt_token_ids"))
-                if item_prompt is not None and acc.prompt_token_ids is None:
-                    acc.prompt_token_ids = item_prompt
+                ids = item.get("token_ids")
+                if type(ids) is list:
+                    if acc.token_ids is None:
+                        acc.token_ids = []
+                    acc.token_ids += ids
+                if acc.prompt_token_ids is None and "prompt_token_ids" in item:
+                    acc.prompt_token_ids = _as_token_ids(item["prompt_token_ids"])
                 finish = item.get("finish_reason")
-                if isinstance(finish, str):
-                    acc.finish_reason = finish
-                if item.get("stop_reason") is not None:
-                    acc.stop_reason = canonical_json(item["stop_reason"])
-        if bad:
-            problems.append(f"{bad} SSE event(s) are not chunks of this API")
+                if finish is not None:
+                    acc.finish_reason = str(finish)
+                    if item.get("stop_reason") is not None:
+                        acc.stop_reason = canonical_json(item["stop_reason"])
         for index in sorted(choices):
             acc = choices[index]
             choice = view.choices.add(
@@ -291,9 +286,15 @@ class Dialect(ABC):
                 stop_reason_json=acc.stop_reason,
             )
             if acc.token_ids is not None:
-                set_token_ids(choice.token_ids, acc.token_ids)
+                ids = _as_token_ids(acc.token_ids)
+                if ids is None:
+                    bad += 1
+                else:
+                    set_token_ids(choice.token_ids, ids)
             if acc.prompt_token_ids is not None:
                 set_token_ids(choice.prompt_token_ids, acc.prompt_token_ids)
+        if bad:
+            problems.append(f"{bad} SSE event(s) are not chunks of this API")
         self._shared_prompt(view)
 
     @staticmethod
@@ -305,7 +306,7 @@ class Dialect(ABC):
         if isinstance(model, str) and not view.model:
             view.model = model
         prompt_ids = _as_token_ids(document.get("prompt_token_ids"))
-        if prompt_ids is not None:
+        if prompt_ids is not None and not view.HasField("prompt_token_ids"):
             set_token_ids(view.prompt_token_ids, prompt_ids)
 
     @staticmethod

@@ -15,7 +15,6 @@ from collector.http.errors import ChunkFramingError
 
 _SIZE, _DATA, _DATA_END, _TRAILER, _DONE = range(5)
 _MAX_LINE = 16 * 1024
-_HEX = re.compile(rb"[0-9A-Fa-f]{1,16}")
 # A chunk-size line at a line start, for resynchronising after a gap.
 CHUNK_LINE = re.compile(rb"(?:^|(?<=\n))([0-9A-Fa-f]{1,8})[ \t]*(?:;[^\r\n]*)?\r\n")
 
@@ -62,10 +61,11 @@ class ChunkFramer:
             self._line = b""
             pos = newline + 1
             if state == _SIZE:
-                match = _HEX.match(line.lstrip(b" \t"))
-                if match is None:
-                    raise ChunkFramingError(f"bad chunk-size line {line[:40]!r}")
-                chunk = int(match.group(), 16)
+                try:
+                    # int() also takes "0x" and "_"; llhttp rejects those and has the last word.
+                    chunk = int(line.split(b";", 1)[0], 16)
+                except ValueError:
+                    raise ChunkFramingError(f"bad chunk-size line {line[:40]!r}") from None
                 if chunk:
                     self._state, self._need = _DATA, chunk
                 else:

@@ -15,16 +15,15 @@ line after the first terminator.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from typing import NamedTuple
 
 _TERMINATOR = re.compile(rb"\r\n|\r|\n")
 _FIELD_START = re.compile(rb"(?:data|event|id|retry)(?::|\r|\n)|:|\r|\n")
 _BOM = b"\xef\xbb\xbf"
 
 
-@dataclass(frozen=True, slots=True)
-class SseEvent:
-    """One dispatched event."""
+class SseEvent(NamedTuple):
+    """One dispatched event (a named tuple: one is built per event on the hot path)."""
 
     arrival_ns: int
     event: str
@@ -74,8 +73,22 @@ class SseParser:
         else:
             lines = buf.split(b"\n")
         self._partial = lines.pop()
+        event_ts = max(self._event_ts, ts_ns)
+        data_lines = self._data
         for line in lines:
-            self._line(line, ts_ns)
+            if not line:
+                if data_lines:
+                    self._event_ts = event_ts
+                    self._dispatch()
+                    data_lines = self._data
+                else:
+                    self._event = b""
+                event_ts = ts_ns
+            elif line[:5] == b"data:":
+                data_lines.append(line[6:] if line[5:6] == b" " else line[5:])
+            else:
+                self._field(line)
+        self._event_ts = event_ts if data_lines or self._event or self._partial else 0
 
     def gap(self) -> None:
         """Bytes are missing here: drop what was partial and resynchronise."""
@@ -100,11 +113,8 @@ class SseParser:
             self._after_cr = True
         return data[match.end() :]
 
-    def _line(self, line: bytes, ts_ns: int) -> None:
-        self._event_ts = max(self._event_ts, ts_ns)
-        if not line:
-            self._dispatch()
-            return
+    def _field(self, line: bytes) -> None:
+        """A non-blank line other than `data:` (the common case is handled inline)."""
         if line[0] == 0x3A:
             return
         colon = line.find(b":")
@@ -122,15 +132,15 @@ class SseParser:
             self._last_id = value
 
     def _dispatch(self) -> None:
-        if self._data:
-            self.events.append(
-                SseEvent(
-                    self._event_ts,
-                    self._event.decode("utf-8", "replace"),
-                    b"\n".join(self._data).decode("utf-8", "replace"),
-                    self._last_id.decode("utf-8", "replace"),
-                )
+        data = self._data
+        self.events.append(
+            SseEvent(
+                self._event_ts,
+                self._event.decode("utf-8", "replace") if self._event else "",
+                (data[0] if len(data) == 1 else b"\n".join(data)).decode("utf-8", "replace"),
+                self._last_id.decode("utf-8", "replace") if self._last_id else "",
             )
+        )
         self._data = []
         self._event = b""
         self._event_ts = 0
