@@ -121,6 +121,10 @@ async def test_list_prints_one_json_line_per_matching_verdict(cli: Cli) -> None:
     expected = [e.record_id for e in EXCHANGES if e.status == PASS and e.at_ns >= since][:2]
     assert code == 0 and [line["record_id"] for line in lines] == expected
 
+    code, lines, _ = await cli.run("list", *cli.connection(), "--newest=3")
+    decided = [e.record_id for e in EXCHANGES if e.status != PENDING]
+    assert code == 0 and [line["record_id"] for line in lines] == decided[::-1][:3]
+
 
 async def test_get_prints_the_signed_verdict_or_the_record(cli: Cli) -> None:
     exchange = next(e for e in EXCHANGES if e.status == FAIL)

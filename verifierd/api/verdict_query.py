@@ -85,6 +85,8 @@ class VerdictQuery:
     page_size: int
     #: The store's resume key (b"" for the first page).
     after: bytes
+    #: The newest page_size matches, newest first, in one page.
+    newest_first: bool = False
 
     @classmethod
     def of(cls, request: verifier_pb2.ListVerdictsRequest) -> VerdictQuery:
@@ -93,9 +95,18 @@ class VerdictQuery:
         if request.from_ns > to_ns:
             raise QueryError(f"from_ns {request.from_ns} is after to_ns {to_ns}")
         size = request.page_size or DEFAULT_PAGE_SIZE
-        partial = cls(verdict_filter, request.from_ns, to_ns, min(size, MAX_PAGE_SIZE), b"")
+        partial = cls(
+            verdict_filter,
+            request.from_ns,
+            to_ns,
+            min(size, MAX_PAGE_SIZE),
+            b"",
+            request.newest_first,
+        )
         if not request.page_token:
             return partial
+        if request.newest_first:
+            raise QueryError("newest_first gives one page: it takes no page_token")
         after = decode_page_token(request.page_token, partial.fingerprint())
         return cls(verdict_filter, request.from_ns, to_ns, partial.page_size, after)
 
@@ -111,6 +122,7 @@ class VerdictQuery:
                 repr(f.max_score),
                 str(self.from_ns),
                 str(self.to_ns),
+                str(self.newest_first),
             )
         )
         return hashlib.sha256(text.encode()).digest()[:_FINGERPRINT_SIZE]

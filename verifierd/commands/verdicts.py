@@ -50,7 +50,9 @@ def register(subparsers: Any) -> None:
     connection.add_argument("--server-name", help="name to check in verifierd's certificate")
     connection.add_argument("--timeout", type=float, default=10.0, help="seconds per call")
 
-    listing = actions.add_parser("list", parents=[connection], help="verdicts, oldest first")
+    listing = actions.add_parser(
+        "list", parents=[connection], help="verdicts, oldest first (or the newest N)"
+    )
     listing.add_argument("--commitment", default="", help="commitment id")
     listing.add_argument("--model", default="", help="served model name")
     listing.add_argument(
@@ -64,6 +66,9 @@ def register(subparsers: Any) -> None:
     listing.add_argument("--max-score", type=float)
     listing.add_argument("--page-size", type=int, default=500)
     listing.add_argument("--limit", type=int, default=0, help="stop after this many (0: all)")
+    listing.add_argument(
+        "--newest", type=int, default=0, metavar="N", help="the newest N (<= 1000), newest first"
+    )
     listing.set_defaults(func=lambda args: _run(args, _list))
 
     getting = actions.add_parser("get", parents=[connection], help="one record's verdict")
@@ -168,6 +173,9 @@ async def _list(
         request.min_score = args.min_score
     if args.max_score is not None:
         request.max_score = args.max_score
+    if args.newest:
+        request.newest_first = True
+        request.page_size = args.newest
     sent = 0
     while True:
         response = await stub.ListVerdicts(request, timeout=args.timeout)

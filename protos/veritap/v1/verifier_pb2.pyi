@@ -357,6 +357,7 @@ class ListVerdictsRequest(_message.Message):
     MAX_SCORE_FIELD_NUMBER: _builtins.int
     PAGE_SIZE_FIELD_NUMBER: _builtins.int
     PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    NEWEST_FIRST_FIELD_NUMBER: _builtins.int
     commitment_id: _builtins.str
     model: _builtins.str
     from_ns: _builtins.int
@@ -365,6 +366,10 @@ class ListVerdictsRequest(_message.Message):
     max_score: _builtins.float
     page_size: _builtins.int
     page_token: _builtins.str
+    newest_first: _builtins.bool
+    """The newest page_size matching verdicts, newest first, as one page (no
+    next_page_token; page_token must be empty).
+    """
     @_builtins.property
     def statuses(self) -> _containers.RepeatedScalarFieldContainer[Global___VerdictStatus.ValueType]: ...
     def __init__(
@@ -379,10 +384,11 @@ class ListVerdictsRequest(_message.Message):
         max_score: _builtins.float | None = ...,
         page_size: _builtins.int = ...,
         page_token: _builtins.str = ...,
+        newest_first: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_max_score", b"_max_score", "_min_score", b"_min_score", "max_score", b"max_score", "min_score", b"min_score"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_max_score", b"_max_score", "_min_score", b"_min_score", "commitment_id", b"commitment_id", "from_ns", b"from_ns", "max_score", b"max_score", "min_score", b"min_score", "model", b"model", "page_size", b"page_size", "page_token", b"page_token", "statuses", b"statuses", "to_ns", b"to_ns"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_max_score", b"_max_score", "_min_score", b"_min_score", "commitment_id", b"commitment_id", "from_ns", b"from_ns", "max_score", b"max_score", "min_score", b"min_score", "model", b"model", "newest_first", b"newest_first", "page_size", b"page_size", "page_token", b"page_token", "statuses", b"statuses", "to_ns", b"to_ns"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__max_score: _TypeAlias = _typing.Literal["max_score"]  # noqa: Y015
     _WhichOneofArgType__max_score: _TypeAlias = _typing.Literal["_max_score", b"_max_score"]  # noqa: Y015
