@@ -19,7 +19,7 @@ from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 
 import grpc
-from veritap.envelope import entry_hash
+from veritap.envelope import ZERO_HASH, entry_hash
 from veritap.v1 import ledger_pb2, log_pb2, record_pb2
 
 from collector.ledger.config import LedgerConfig
@@ -30,7 +30,6 @@ from collector.log import Log, LogError, LogRangeError
 
 logger = logging.getLogger(__name__)
 
-ZERO_HASH = bytes(32)
 # Most entries read from the log in one pass (several batches; bounded memory per stream).
 _READ_ENTRIES = 256
 # Bytes a StreamedEntry adds around its envelope (tags, seq varint, length prefixes).
