@@ -1,8 +1,8 @@
 """Capture benchmark: `collector replay` vs tshark vs a bare dpkt loop, on the same pcap.
 
 The pcap (>= 200 MB of chat traffic over keep-alive connections: half the calls
-streamed as SSE, a few percent of segments reordered and retransmitted) is
-generated once into .bench/ and reused. Each tool runs as a child process and
+streamed as SSE with long-tailed lengths, a few percent of segments reordered and
+retransmitted) is generated once into .bench/ and reused. Each tool runs as a child process and
 is measured by its user CPU seconds (the machine is shared, so CPU is steadier
 than wall time):
 
@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import heapq
 import json
+import math
 import os
 import random
 import shutil
@@ -61,7 +62,13 @@ print(n)
 
 def _call(rng: random.Random, index: int) -> Call:
     stream = index % 2 == 0
-    tokens = rng.randint(100, 400)
+    # Streamed answers are long-tailed (log-uniform 100..5000 tokens, median ~700, as CAPTURE.md's
+    # 5000-token streams); JSON answers are 50..800 tokens.
+    tokens = (
+        int(math.exp(rng.uniform(math.log(100), math.log(5000))))
+        if stream
+        else rng.randint(50, 800)
+    )
     params: dict[str, object] = {
         "temperature": 0.7,
         "seed": index,

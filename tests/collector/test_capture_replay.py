@@ -267,3 +267,15 @@ def test_lost_syn_and_unparseable_stream(
     assert got["nosyn"][0]["quality"] == "complete"
     (junk,) = got[""]
     assert junk["quality"] == "parse_error" and "bad message head" in str(junk["quality_reason"])
+
+
+def test_realtime_replay(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    c = chat("paced", 4)
+    conv = Conversation(step=0.002).handshake().exchange(c.request(), c.response()).close()
+    pcap = write_pcapng(tmp_path / "paced.pcapng", conv)
+    log = tmp_path / "log"
+    assert main(["replay", str(pcap), "--log", str(log), "--realtime"]) == 0
+    capsys.readouterr()
+    assert main(["log", "export", str(log)]) == 0
+    (rec,) = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert rec["quality"] == "complete" and rec["model"] == "paced"

@@ -67,7 +67,10 @@ def wait_for_port(prefix: list[str], host: str, port: int, timeout: float = 20) 
 
 def start_collector(tmp_path: Path, interface: str, port: int) -> subprocess.Popen[str]:
     key = tmp_path / "collector.key"
-    Signer.generate("live.test/collector").save(key)
+    if not key.exists():
+        signer = Signer.generate("live.test/collector")
+        signer.save(key)
+        (tmp_path / "collector.pub").write_text(signer.verifier().key_string() + "\n")
     config = tmp_path / "collector.toml"
     config.write_text(
         f'[collector]\norigin = "live.test/collector"\n'
@@ -97,6 +100,11 @@ def stop_collector(proc: subprocess.Popen[str]) -> str:
 
 
 def export(log: Path) -> dict[str, dict[str, object]]:
+    """The exported records by model (the last one of each model)."""
+    return {str(r["model"]): r for r in export_list(log)}
+
+
+def export_list(log: Path) -> list[dict[str, object]]:
     done = subprocess.run(
         [sys.executable, "-m", "collector.cli", "log", "export", str(log)],
         cwd=ROOT,
@@ -105,8 +113,7 @@ def export(log: Path) -> dict[str, dict[str, object]]:
         text=True,
         check=True,
     )
-    records = [json.loads(line) for line in done.stdout.splitlines()]
-    return {str(r["model"]): r for r in records}
+    return [json.loads(line) for line in done.stdout.splitlines()]
 
 
 def run_client(prefix: list[str], host: str, port: int) -> dict[str, str]:
@@ -161,6 +168,44 @@ def test_loopback_capture_with_collector_run(tmp_path: Path) -> None:
         server.wait(timeout=30)
     check_records(export(tmp_path / "log"), digests)
     assert "kernel 0" in summary
+
+
+def test_kill_9_leaves_a_valid_log_and_run_resumes(tmp_path: Path) -> None:
+    port = free_port()
+    server = subprocess.Popen(
+        [sys.executable, str(HERE / "openai_server.py"), "127.0.0.1", str(port)],
+        env=ENV,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_for_port([], "127.0.0.1", port)
+        collector = start_collector(tmp_path, "lo", port)
+        try:
+            digests = run_client([], "127.0.0.1", port)
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline and len(export_list(tmp_path / "log")) < len(digests):
+                time.sleep(0.2)
+        finally:
+            collector.kill()
+            collector.communicate(timeout=30)
+        assert collector.returncode == -signal.SIGKILL
+        verify = [sys.executable, "-m", "collector.cli", "log", "verify", str(tmp_path / "log")]
+        verify += ["--pubkey", str(tmp_path / "collector.pub")]
+        subprocess.run(verify, cwd=ROOT, env=ENV, check=True, capture_output=True, timeout=60)
+        check_records(export(tmp_path / "log"), digests)
+        collector = start_collector(tmp_path, "lo", port)
+        try:
+            run_client([], "127.0.0.1", port)
+        finally:
+            stop_collector(collector)
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+    records = export_list(tmp_path / "log")
+    assert len(records) == 2 * len(digests)
+    assert {r["quality"] for r in records} == {"complete"}
+    subprocess.run(verify, cwd=ROOT, env=ENV, check=True, capture_output=True, timeout=60)
 
 
 def _sh(*args: str) -> None:
