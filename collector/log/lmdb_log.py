@@ -1,13 +1,13 @@
 """The collector's append-only log: one LMDB environment, group commit, signed checkpoints.
 
-Appends go through a single writer thread. Callers hand it records (already
-serialized in their own thread) and block; the writer takes everything queued,
-writes it in one durable transaction (LMDB sync on) and only then tells each
-caller its seq. Each entry is an envelope (`veritap.envelope`) whose hash
-chains to the previous one and is the next leaf of an RFC 6962 Merkle tree; a
-C2SP-signed checkpoint of that tree is written in the same transaction every
-`checkpoint_every` records or `checkpoint_interval_s`, whichever comes first,
-and on close. See `collector.log.layout` for what is stored where.
+`Log` opens the environment, answers reads and hands appends to a
+`collector.log.writer.GroupCommitWriter`: callers block until their records
+are in a durable transaction (LMDB sync on) and then learn their seqs. Each
+entry is an envelope (`veritap.envelope`) whose hash chains to the previous
+one and is the next leaf of an RFC 6962 Merkle tree; a C2SP-signed checkpoint
+of that tree is written in the same transaction every `checkpoint_every`
+records or `checkpoint_interval_s`, whichever comes first, and on close.
+See `collector.log.layout` for what is stored where.
 
 Reads run in short read transactions of their own and may come from any
 thread. Growing the map (after MapFullError) waits until no read is in
@@ -17,12 +17,9 @@ progress, as LMDB requires.
 from __future__ import annotations
 
 import fcntl
-import hashlib
 import logging
-import threading
 import time
-from collections import deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
@@ -39,7 +36,6 @@ from veritap.envelope import (
     record_header,
 )
 from veritap.envelope import decode_record as decode_entry_record
-from veritap.note import CheckpointBody, sign_checkpoint
 from veritap.signing import Signer
 from veritap.v1 import log_pb2, record_pb2
 
@@ -53,26 +49,22 @@ from collector.log.errors import (
     LogPrunedError,
     LogRangeError,
     LogReadOnlyError,
-    LogWriteError,
 )
 from collector.log.layout import Db, MetaKey, u64
+from collector.log.read_gate import ReadGate
+from collector.log.writer import ChainState, CommitListener, GroupCommitWriter
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_MAP_SIZE = 1 << 30
-# Most records one transaction takes (a single append_many larger than this is still one).
-MAX_BATCH_RECORDS = 8192
+# Most records one transaction takes (one append_many larger than this is still one).
+DEFAULT_MAX_BATCH = 1024
 # Entries read per read transaction by iter_entries.
 READ_CHUNK = 256
 # Entries deleted per transaction by prune.
 PRUNE_CHUNK = 10_000
-_MAX_GROWTHS = 32
 # Models whose by_model_time key prefix is kept ready.
 _MODEL_PREFIX_CACHE = 1024
-# SHA-256 already fed the RFC 6962 leaf prefix 0x00; copied per entry.
-_LEAF_HASHER = hashlib.sha256(b"\x00")
-
-CommitListener = Callable[[int], None]
 
 
 @dataclass(frozen=True)
@@ -94,79 +86,6 @@ class Head:
     hash: bytes
 
 
-class _ReadGate:
-    """Many readers at once, or one map resize with no reader in flight."""
-
-    def __init__(self) -> None:
-        self._cond = threading.Condition()
-        self._readers = 0
-        self._resizing = False
-
-    @contextmanager
-    def reading(self) -> Iterator[None]:
-        with self._cond:
-            while self._resizing:
-                self._cond.wait()
-            self._readers += 1
-        try:
-            yield
-        finally:
-            with self._cond:
-                self._readers -= 1
-                if not self._readers:
-                    self._cond.notify_all()
-
-    @contextmanager
-    def exclusive(self) -> Iterator[None]:
-        with self._cond:
-            while self._resizing:
-                self._cond.wait()
-            self._resizing = True
-            while self._readers:
-                self._cond.wait()
-        try:
-            yield
-        finally:
-            with self._cond:
-                self._resizing = False
-                self._cond.notify_all()
-
-
-class _Request:
-    """Records waiting for the writer (prepared by the caller's thread), and what it answers."""
-
-    __slots__ = ("done", "error", "headers", "ids", "model_keys", "payloads", "seqs")
-
-    def __init__(
-        self,
-        payloads: list[bytes],
-        headers: list[bytes],
-        ids: list[bytes],
-        model_keys: list[bytes],
-    ) -> None:
-        self.payloads = payloads
-        # envelope.record_header() of each payload.
-        self.headers = headers
-        self.ids = ids
-        # by_model_time key of each record, less its trailing seq.
-        self.model_keys = model_keys
-        self.seqs: list[int] = []
-        self.error: BaseException | None = None
-        self.done = threading.Event()
-
-
-class _Job:
-    """A function the writer thread runs in a write transaction of its own (prune)."""
-
-    __slots__ = ("done", "error", "fn", "result")
-
-    def __init__(self, fn: Callable[[lmdb.Transaction[bytes]], int]) -> None:
-        self.fn = fn
-        self.result = 0
-        self.error: BaseException | None = None
-        self.done = threading.Event()
-
-
 class Log:
     """A signed, hash-chained, append-only log of InferenceRecords (see the module docstring)."""
 
@@ -176,39 +95,26 @@ class Log:
         env: lmdb.Environment,
         *,
         origin: str,
-        signer: Signer | None,
-        key_id: bytes,
         readonly: bool,
-        checkpoint_interval_s: float,
-        checkpoint_every: int,
         lock_file: IO[bytes] | None,
     ) -> None:
         self.path = path
         self.origin = origin
-        self.key_id = key_id
         self.readonly = readonly
+        self.key_id = b""
         self._env = env
-        self._signer = signer
         self._dbs = {db: env.open_db(db.value, create=not readonly) for db in Db}
         self._records = self._dbs[Db.RECORDS]
         self._meta = self._dbs[Db.META]
         self._lock_file = lock_file
-        self._gate = _ReadGate()
-        self._encoder = EnvelopeEncoder(origin, key_id)
-        self._checkpoint_interval_s = checkpoint_interval_s
-        self._checkpoint_every = checkpoint_every
-        self._listeners: list[CommitListener] = []
+        self._gate = ReadGate()
         self._model_prefixes: dict[str, bytes] = {}
-        self._cond = threading.Condition()
-        self._queue: deque[_Request | _Job] = deque()
-        self._closing = False
+        self._writer: GroupCommitWriter | None = None
         self._closed = False
-        self._writer: threading.Thread | None = None
         self._head = Head(0, ZERO_HASH)
-        self._frontier = merkle.Frontier(keep_from_level=layout.TREE_LEVEL)
+        self._frontier = merkle.Frontier()
         self._floor = 1
-        self._last_checkpoint_size = 0
-        self._last_checkpoint_at = time.monotonic()
+        self._checkpoint_size = 0
 
     # ------------------------------------------------------------------ open
 
@@ -222,17 +128,22 @@ class Log:
         map_size: int = DEFAULT_MAP_SIZE,
         checkpoint_interval_s: float = 1.0,
         checkpoint_every: int = 1000,
+        max_batch: int = DEFAULT_MAX_BATCH,
         readonly: bool = False,
     ) -> Log:
         """Open (creating when writable and absent) the log in directory `path`.
 
         A writable log takes `writer.lock` (one writing process per log) and
         checks that `origin` and the signer's key id are the ones the log was
-        created with. Without a signer no checkpoints are written.
+        created with. Without a signer no checkpoints are written. One
+        transaction takes at most `max_batch` records (more when a single
+        append_many brings more).
         """
         path = Path(path)
-        if checkpoint_every < 1 or checkpoint_interval_s <= 0:
-            raise ValueError("checkpoint_every must be >= 1 and checkpoint_interval_s > 0")
+        if checkpoint_every < 1 or checkpoint_interval_s <= 0 or max_batch < 1:
+            raise ValueError(
+                "checkpoint_every and max_batch must be >= 1, checkpoint_interval_s > 0"
+            )
         lock_file = None
         if readonly:
             if not (path / "data.mdb").exists():
@@ -258,21 +169,17 @@ class Log:
                 stale = env.reader_check()
                 if stale:
                     logger.info("cleared stale LMDB readers", extra={"count": stale})
-                key_id = b""
                 if not readonly:
-                    key_id = cls._init_meta(env, origin, signer)
-                log = cls(
-                    path,
-                    env,
-                    origin=origin,
-                    signer=signer if not readonly else None,
-                    key_id=key_id,
-                    readonly=readonly,
-                    checkpoint_interval_s=checkpoint_interval_s,
-                    checkpoint_every=checkpoint_every,
-                    lock_file=lock_file,
-                )
+                    cls._init_meta(env, origin, signer)
+                log = cls(path, env, origin=origin, readonly=readonly, lock_file=lock_file)
                 log._load_state()
+                if not readonly:
+                    log._start_writer(
+                        signer,
+                        checkpoint_every=checkpoint_every,
+                        checkpoint_interval_s=checkpoint_interval_s,
+                        max_batch=max_batch,
+                    )
             except BaseException:
                 env.close()
                 raise
@@ -280,9 +187,6 @@ class Log:
             if lock_file is not None:
                 lock_file.close()
             raise
-        if not readonly:
-            log._writer = threading.Thread(target=log._run_writer, name="log-writer", daemon=True)
-            log._writer.start()
         return log
 
     @classmethod
@@ -318,8 +222,8 @@ class Log:
         return lock_file
 
     @staticmethod
-    def _init_meta(env: lmdb.Environment, origin: str, signer: Signer | None) -> bytes:
-        """Create the meta of a new log, or check an existing one; returns the log's key id."""
+    def _init_meta(env: lmdb.Environment, origin: str, signer: Signer | None) -> None:
+        """Create the meta of a new log, or check an existing one (origin, key id, format)."""
         meta = env.open_db(Db.META.value)
         for db in Db:
             env.open_db(db.value)
@@ -337,7 +241,7 @@ class Log:
                 txn.put(MetaKey.FLOOR.value, u64(1), db=meta)
                 txn.put(MetaKey.FLOOR_PREV_HASH.value, ZERO_HASH, db=meta)
                 txn.put(MetaKey.FLOOR_FRONTIER.value, merkle.Frontier().to_bytes(), db=meta)
-                return key_id
+                return
             if int.from_bytes(version, "big") != layout.FORMAT_VERSION:
                 raise LogOpenError(
                     f"log format version {int.from_bytes(version, 'big')} is not "
@@ -352,7 +256,6 @@ class Log:
                     f"log is signed by key id {stored_key_id.hex() or '(none)'}, "
                     f"not by {signer.key_id.hex()}"
                 )
-            return stored_key_id
 
     def _load_state(self) -> None:
         with self._env.begin() as txn:
@@ -363,7 +266,6 @@ class Log:
             if stored_origin != self.origin:
                 raise LogOpenError(f"log origin is {stored_origin!r}, not {self.origin!r}")
             self.key_id = txn.get(MetaKey.KEY_ID.value, db=self._meta) or b""
-            self._encoder = EnvelopeEncoder(self.origin, self.key_id)
             head = self._read_head(txn)
             frontier = merkle.Frontier.from_bytes(
                 self._meta_value(txn, MetaKey.FRONTIER), keep_from_level=layout.TREE_LEVEL
@@ -378,7 +280,7 @@ class Log:
             if last != head.seq and not (last == 0 and self._floor == head.seq + 1):
                 raise LogCorruptError(f"meta head is seq {head.seq}, the last entry is seq {last}")
             with txn.cursor(db=self._dbs[Db.CHECKPOINTS]) as cursor:
-                self._last_checkpoint_size = layout.read_u64(cursor.key()) if cursor.last() else 0
+                self._checkpoint_size = layout.read_u64(cursor.key()) if cursor.last() else 0
         self._head = head
         self._frontier = frontier
 
@@ -392,11 +294,50 @@ class Log:
         seq, head_hash = layout.unpack_head(self._meta_value(txn, MetaKey.HEAD))
         return Head(seq, head_hash)
 
+    def _start_writer(
+        self,
+        signer: Signer | None,
+        *,
+        checkpoint_every: int,
+        checkpoint_interval_s: float,
+        max_batch: int,
+    ) -> None:
+        state = ChainState(
+            self._head.seq,
+            self._head.hash,
+            self._frontier.copy(),
+            self._checkpoint_size,
+            time.monotonic(),
+        )
+        self._writer = GroupCommitWriter(
+            self._env,
+            self._dbs,
+            self._gate,
+            encoder=EnvelopeEncoder(self.origin, self.key_id),
+            signer=signer,
+            state=state,
+            checkpoint_every=checkpoint_every,
+            checkpoint_interval_s=checkpoint_interval_s,
+            max_batch=max_batch,
+            on_commit=self._committed,
+        )
+
+    def _committed(self, state: ChainState) -> None:
+        """Called by the writer thread after each commit."""
+        self._head = Head(state.seq, state.hash)
+        self._frontier = state.frontier
+        self._checkpoint_size = state.checkpoint_size
+
     # --------------------------------------------------------------- appends
 
     def add_commit_listener(self, callback: CommitListener) -> None:
         """Call `callback(head_seq)` from the writer thread after each commit that adds entries."""
-        self._listeners.append(callback)
+        self._writable().listeners.append(callback)
+
+    def _writable(self) -> GroupCommitWriter:
+        if self._writer is None:
+            raise LogReadOnlyError("log is open read-only")
+        return self._writer
 
     def append(self, record: record_pb2.InferenceRecord) -> int:
         """Append one record; returns its seq once durable (the existing seq for a known id)."""
@@ -404,8 +345,7 @@ class Log:
 
     def append_many(self, records: Sequence[record_pb2.InferenceRecord]) -> list[int]:
         """Append records in order; returns their seqs once all are durable (one transaction)."""
-        if self.readonly:
-            raise LogReadOnlyError("log is open read-only")
+        writer = self._writable()
         if not records:
             return []
         payloads = []
@@ -435,197 +375,7 @@ class Log:
             headers.append(record_header(payload))
             ids.append(record_id)
             model_keys.append(prefix + u64(record.request_first_byte_ns))
-        request = _Request(payloads, headers, ids, model_keys)
-        self._submit(request)
-        return request.seqs
-
-    def _submit(self, item: _Request | _Job) -> None:
-        with self._cond:
-            if self._closing:
-                raise LogClosedError("log is closed")
-            self._queue.append(item)
-            self._cond.notify()
-        item.done.wait()
-        if item.error is not None:
-            if isinstance(item.error, LogError):
-                raise item.error
-            raise LogWriteError(f"log write failed: {item.error}") from item.error
-
-    # ----------------------------------------------------------- writer side
-
-    def _run_writer(self) -> None:
-        while True:
-            with self._cond:
-                while not self._queue and not self._closing:
-                    wait = self._checkpoint_wait()
-                    if wait is not None and wait <= 0:
-                        break
-                    self._cond.wait(wait)
-                batch = self._take_batch()
-                stopping = self._closing and not self._queue
-            try:
-                self._commit(batch, final=stopping)
-            except Exception:
-                logger.exception("log writer failed a batch", extra={"items": len(batch)})
-            if stopping:
-                return
-
-    def _checkpoint_wait(self) -> float | None:
-        """Seconds until a time-driven checkpoint is due; None when none is pending."""
-        if self._signer is None or self._head.seq <= self._last_checkpoint_size:
-            return None
-        return self._last_checkpoint_at + self._checkpoint_interval_s - time.monotonic()
-
-    def _take_batch(self) -> list[_Request | _Job]:
-        batch: list[_Request | _Job] = []
-        count = 0
-        while self._queue:
-            item = self._queue[0]
-            if isinstance(item, _Job):
-                if not batch:
-                    batch.append(self._queue.popleft())
-                break
-            if batch and count + len(item.payloads) > MAX_BATCH_RECORDS:
-                break
-            batch.append(self._queue.popleft())
-            count += len(item.payloads)
-        return batch
-
-    def _commit(self, batch: list[_Request | _Job], *, final: bool) -> None:
-        if batch and isinstance(batch[0], _Job):
-            self._run_job(batch[0])
-            return
-        requests = [item for item in batch if isinstance(item, _Request)]
-        if not requests and not self._checkpoint_due(self._head.seq, final=final):
-            return
-        try:
-            for _ in range(_MAX_GROWTHS):
-                try:
-                    outcome = self._write(requests, final=final)
-                    break
-                except lmdb.MapFullError:
-                    self._grow_map()
-            else:
-                raise LogWriteError("the map is still full after growing it repeatedly")
-        except BaseException as exc:
-            for request in requests:
-                request.error = exc
-                request.done.set()
-            raise
-        head, frontier, checkpoint_size = outcome
-        added = head.seq != self._head.seq
-        self._head = head
-        self._frontier = frontier
-        if checkpoint_size:
-            self._last_checkpoint_size = checkpoint_size
-            self._last_checkpoint_at = time.monotonic()
-        for request in requests:
-            request.done.set()
-        if added:
-            for listener in self._listeners:
-                try:
-                    listener(head.seq)
-                except Exception:
-                    logger.exception("log commit listener failed", extra={"head_seq": head.seq})
-
-    def _write(self, requests: list[_Request], *, final: bool) -> tuple[Head, merkle.Frontier, int]:
-        """One durable transaction with every record of `requests`; returns the new state.
-
-        This is the hot loop of the log: names are bound to locals and the
-        envelope's constant fields are encoded once per batch.
-        """
-        seq = self._head.seq
-        prev = self._head.hash
-        frontier = self._frontier.copy()
-        tail = self._encoder.tail(time.time_ns())
-        encode = self._encoder.encode_parts
-        leaf_hasher = _LEAF_HASHER.copy
-        append_leaf = frontier.append
-        records_db = self._records
-        ids_db = self._dbs[Db.BY_RECORD_ID]
-        models_db = self._dbs[Db.BY_MODEL_TIME]
-        with self._env.begin(write=True) as txn:
-            put = txn.put
-            get = txn.get
-            fresh: dict[bytes, bytes] = {}
-            for request in requests:
-                seqs: list[int] = []
-                for payload, header, record_id, model_key in zip(
-                    request.payloads, request.headers, request.ids, request.model_keys, strict=True
-                ):
-                    known = fresh.get(record_id) or get(record_id, db=ids_db)
-                    if known is not None:
-                        seqs.append(layout.read_u64(known))
-                        continue
-                    seq += 1
-                    key = u64(seq)
-                    envelope = encode(seq, prev, tail, header, payload)
-                    hasher = leaf_hasher()
-                    hasher.update(envelope)
-                    prev = hasher.digest()
-                    append_leaf(prev)
-                    if not put(key, envelope, append=True, db=records_db):
-                        raise LogCorruptError(f"seq {seq} is already stored: the head is stale")
-                    put(record_id, key, db=ids_db)
-                    put(model_key + key, b"", db=models_db)
-                    fresh[record_id] = key
-                    seqs.append(seq)
-                request.seqs = seqs
-            tree_db = self._dbs[Db.TREE]
-            for level, index, node in frontier.completed:
-                put(layout.tree_key(level, index), node, db=tree_db)
-            frontier.completed.clear()
-            head = Head(seq, prev)
-            if seq != self._head.seq:
-                put(MetaKey.HEAD.value, layout.pack_head(seq, prev), db=self._meta)
-                put(MetaKey.FRONTIER.value, frontier.to_bytes(), db=self._meta)
-            checkpoint_size = 0
-            if self._checkpoint_due(seq, final=final):
-                checkpoint = self._make_checkpoint(seq, frontier.root())
-                put(u64(seq), checkpoint.SerializeToString(), db=self._dbs[Db.CHECKPOINTS])
-                checkpoint_size = seq
-        return head, frontier, checkpoint_size
-
-    def _checkpoint_due(self, seq: int, *, final: bool) -> bool:
-        if self._signer is None or seq <= self._last_checkpoint_size:
-            return False
-        if final or seq - self._last_checkpoint_size >= self._checkpoint_every:
-            return True
-        return time.monotonic() - self._last_checkpoint_at >= self._checkpoint_interval_s
-
-    def _make_checkpoint(self, tree_size: int, root: bytes) -> log_pb2.Checkpoint:
-        assert self._signer is not None
-        note = sign_checkpoint(CheckpointBody(self.origin, tree_size, root), self._signer)
-        return log_pb2.Checkpoint(
-            origin=self.origin,
-            tree_size=tree_size,
-            root_hash=root,
-            note=note,
-            signed_at_ns=time.time_ns(),
-        )
-
-    def _grow_map(self) -> None:
-        with self._gate.exclusive():
-            old = self._env.info()["map_size"]
-            new = old * 2
-            self._env.set_mapsize(new)
-        logger.info("grew the log map", extra={"old_bytes": old, "new_bytes": new})
-
-    def _run_job(self, job: _Job) -> None:
-        try:
-            for _ in range(_MAX_GROWTHS):
-                try:
-                    with self._env.begin(write=True) as txn:
-                        job.result = job.fn(txn)
-                    break
-                except lmdb.MapFullError:
-                    self._grow_map()
-            else:
-                raise LogWriteError("the map is still full after growing it repeatedly")
-        except BaseException as exc:
-            job.error = exc
-        finally:
-            job.done.set()
+        return writer.append(payloads, headers, ids, model_keys)
 
     # ----------------------------------------------------------------- reads
 
@@ -823,18 +573,15 @@ class Log:
         subtree hashes stay, so proofs for entries above the floor still work.
         Callers decide what may go (e.g. what every verifier acknowledged).
         """
-        if self.readonly:
-            raise LogReadOnlyError("log is open read-only")
+        writer = self._writable()
         head = self._head.seq
         if before_seq > head + 1:
             raise LogRangeError(f"cannot prune up to seq {before_seq}: the head is {head}")
         deleted = 0
         while self._floor < before_seq:
             target = min(before_seq, self._floor + PRUNE_CHUNK)
-            job = _Job(partial(self._prune_txn, new_floor=target))
-            self._submit(job)
+            deleted += writer.run_job(partial(self._prune_txn, new_floor=target))
             self._floor = target
-            deleted += job.result
         return deleted
 
     def _prune_txn(self, txn: lmdb.Transaction[bytes], new_floor: int) -> int:
@@ -880,13 +627,10 @@ class Log:
 
     def close(self) -> None:
         """Finish queued appends, write a last checkpoint, stop the writer, close the files."""
-        with self._cond:
-            if self._closed:
-                return
-            self._closing = True
-            self._cond.notify_all()
+        if self._closed:
+            return
         if self._writer is not None:
-            self._writer.join()
+            self._writer.close()
         with self._gate.exclusive():
             self._closed = True
             self._env.close()
@@ -903,7 +647,7 @@ class Log:
         """Counters for status reports."""
         with self._read() as txn:
             checkpoints = txn.stat(self._dbs[Db.CHECKPOINTS])["entries"]
-            latest = self._last_checkpoint_size
+            latest = self._checkpoint_size
             if self.readonly:
                 with txn.cursor(db=self._dbs[Db.CHECKPOINTS]) as cursor:
                     latest = layout.read_u64(cursor.key()) if cursor.last() else 0

@@ -87,6 +87,18 @@ class EnvelopeEncoder:
         """Envelope bytes from checked parts (seq >= 1, 32-byte prev_hash)."""
         return b"".join((b"\x08", varint(seq), b"\x12\x20", prev_hash, tail, record_header, record))
 
+    @staticmethod
+    def encode_leaf_input(
+        seq: int, prev_hash: bytes, tail: bytes, record_header: bytes, record: bytes
+    ) -> bytes:
+        """0x00 || envelope: what the entry hash is taken over, built in one copy.
+
+        The envelope itself is ``memoryview(result)[1:]``.
+        """
+        return b"".join(
+            (b"\x00\x08", varint(seq), b"\x12\x20", prev_hash, tail, record_header, record)
+        )
+
     def encode(self, seq: int, prev_hash: bytes, captured_at_ns: int, record: bytes) -> bytes:
         if not 0 < seq <= _MAX_U64:
             raise EnvelopeError("seq must be in [1, 2^64)")

@@ -134,18 +134,24 @@ class Frontier:
 
     def append(self, leaf: bytes) -> None:
         """Add the next leaf hash (already leaf-hashed, 32 bytes)."""
-        stack = self._hashes
         n = self._size
+        self._size = n + 1
+        stack = self._hashes
+        if not n & 1:
+            # Half of all appends: the new leaf starts a subtree of its own.
+            stack.append(leaf)
+            return
         h = leaf
         level = 0
+        keep = self._keep
+        sha256 = hashlib.sha256
         while n & 1:
-            h = hashlib.sha256(_NODE_PREFIX + stack.pop() + h).digest()
+            h = sha256(b"".join((_NODE_PREFIX, stack.pop(), h))).digest()
             n >>= 1
             level += 1
-            if level >= self._keep:
+            if level >= keep:
                 self.completed.append((level, n, h))
         stack.append(h)
-        self._size += 1
 
     def extend(self, leaves: Sequence[bytes]) -> None:
         for leaf in leaves:

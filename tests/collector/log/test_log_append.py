@@ -6,6 +6,7 @@ import threading
 import time
 from pathlib import Path
 
+import lmdb
 import pytest
 from veritap import merkle
 from veritap.chain import ChainVerifier
@@ -21,8 +22,10 @@ from collector.log import (
     LogPrunedError,
     LogRangeError,
     LogReadOnlyError,
+    LogWriteError,
 )
 from collector.log.audit import audit_log
+from collector.log.writer import GroupCommitWriter
 from tests.collector.log.log_fixtures import ORIGIN, make_record, open_log
 
 
@@ -281,3 +284,84 @@ def test_closed_log_refuses_work(tmp_path: Path, signer: Signer) -> None:
         log.append(make_record(1))
     with pytest.raises(LogClosedError):
         log.entry(1)
+
+
+def test_a_failed_commit_fails_only_its_callers(
+    tmp_path: Path, signer: Signer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A transaction that cannot commit answers its callers with LogWriteError; batches
+    prepared after it on its speculative state are rebuilt, and the chain stays whole."""
+    poison = make_record(5_000).record_id.encode()
+    real_put = GroupCommitWriter._put
+
+    speculated: list[bool] = []
+
+    def failing_put(self: GroupCommitWriter, txn: object, prepared: object, state: object) -> int:
+        if any(record_id == poison for record_id, _ in prepared.id_rows):  # type: ignore[attr-defined]
+            # Fail only once the next batch was built on this one's state.
+            deadline = time.monotonic() + 10
+            while self._slot is None and time.monotonic() < deadline:
+                time.sleep(0.001)
+            speculated.append(self._slot is not None)
+            raise lmdb.DiskError("injected I/O error")
+        return real_put(self, txn, prepared, state)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(GroupCommitWriter, "_put", failing_put)
+    outcomes: dict[int, list[int] | str] = {}
+    with open_log(tmp_path / "log", signer, checkpoint_every=7) as log:
+
+        def worker(number: int) -> None:
+            for i in range(number * 1000, number * 1000 + 30, 3):
+                records = [make_record(i + k) for k in range(3)]
+                try:
+                    outcomes[i] = log.append_many(records)
+                except LogWriteError as exc:
+                    outcomes[i] = str(exc)
+
+        threads = [threading.Thread(target=worker, args=(n,)) for n in range(1, 7)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        failed = [i for i, outcome in outcomes.items() if isinstance(outcome, str)]
+        # The poisoned request failed, with whatever other requests shared its transaction;
+        # none of their records is stored, every other request's are, at their seqs.
+        assert 5_000 in failed
+        assert speculated == [True]
+        assert "injected I/O error" in str(outcomes[5_000])
+        for i, outcome in outcomes.items():
+            for k in range(3):
+                found = log.find_record(make_record(i + k).record_id)
+                assert found == (None if i in failed else outcome[k])  # type: ignore[index]
+        stored = sorted(
+            s for outcome in outcomes.values() if isinstance(outcome, list) for s in outcome
+        )
+        assert stored == list(range(1, len(stored) + 1))
+        assert log.head().seq == len(stored)
+        assert log.append(make_record(77_777)) == len(stored) + 1
+    assert audit_log(tmp_path / "log", signer.verifier()).problem is None
+
+
+def test_prune_between_concurrent_appends(tmp_path: Path, signer: Signer) -> None:
+    with open_log(tmp_path / "log", signer, checkpoint_every=10) as log:
+        log.append_many([make_record(i) for i in range(1, 101)])
+        stop = threading.Event()
+
+        def appender() -> None:
+            index = 1_000
+            while not stop.is_set():
+                log.append_many([make_record(index), make_record(index + 1)])
+                index += 2
+
+        thread = threading.Thread(target=appender)
+        thread.start()
+        try:
+            assert log.prune(51) == 50
+            assert log.prune(101) == 50
+        finally:
+            stop.set()
+            thread.join()
+        assert log.retention_floor == 101
+    report = audit_log(tmp_path / "log", signer.verifier())
+    assert report.problem is None
+    assert report.floor == 101

@@ -1,0 +1,518 @@
+"""Group commit for the log: a sequencer thread builds batches, one writer thread commits them.
+
+Callers queue records (serialized in their own thread) and block. The
+*sequencer* takes what is queued (up to `max_batch` records), gives each new
+record its seq, builds its envelope, chains its hash, extends the Merkle
+frontier and, when one is due, signs a checkpoint: everything but the disk.
+The *writer* (the only thread that writes to LMDB) puts a prepared batch in
+one durable transaction, commits it and only then tells each caller its seq.
+
+The two overlap: while the writer waits for the disk, the sequencer prepares
+the next batch from the state the current one will leave. That state is
+speculative; if a commit fails, its callers get the error, the batch prepared
+after it is put back in the queue and the sequencer restarts from the last
+committed state (the generation counter tells it that its work went stale).
+
+Record ids already in the log, or in a batch not yet committed, are not stored
+again: the caller gets the existing seq.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TypeAlias
+
+import lmdb
+from veritap import merkle
+from veritap.envelope import EnvelopeEncoder
+from veritap.note import CheckpointBody, sign_checkpoint
+from veritap.signing import Signer
+from veritap.v1 import log_pb2
+
+from collector.log import layout
+from collector.log.errors import LogClosedError, LogCorruptError, LogError, LogWriteError
+from collector.log.layout import Db, MetaKey, u64
+from collector.log.read_gate import ReadGate
+
+logger = logging.getLogger(__name__)
+
+# Doublings of the map tried for one transaction before giving up.
+_MAX_GROWTHS = 32
+
+CommitListener = Callable[[int], None]
+JobFunction: TypeAlias = "Callable[[lmdb.Transaction[bytes]], int]"
+
+
+@dataclass
+class ChainState:
+    """Where the log stands after some batch: head, frontier and the last checkpoint."""
+
+    seq: int
+    hash: bytes
+    frontier: merkle.Frontier
+    checkpoint_size: int
+    # time.monotonic() of the last checkpoint (or of opening the log).
+    checkpoint_at: float
+
+    def copy(self) -> ChainState:
+        return ChainState(
+            self.seq, self.hash, self.frontier.copy(), self.checkpoint_size, self.checkpoint_at
+        )
+
+
+class _Request:
+    """Records waiting to be appended, and what the writer answers."""
+
+    __slots__ = ("done", "error", "headers", "ids", "model_keys", "payloads", "seqs")
+
+    def __init__(
+        self,
+        payloads: list[bytes],
+        headers: list[bytes],
+        ids: list[bytes],
+        model_keys: list[bytes],
+    ) -> None:
+        self.payloads = payloads
+        # envelope.record_header() of each payload.
+        self.headers = headers
+        self.ids = ids
+        # by_model_time key of each record, less its trailing seq.
+        self.model_keys = model_keys
+        self.seqs: list[int] = []
+        self.error: BaseException | None = None
+        self.done = threading.Event()
+
+
+class _Job:
+    """A function the writer runs in a write transaction of its own, between batches."""
+
+    __slots__ = ("done", "error", "fn", "result")
+
+    def __init__(self, fn: JobFunction) -> None:
+        self.fn = fn
+        self.result = 0
+        self.error: BaseException | None = None
+        self.done = threading.Event()
+
+
+class _Prepared:
+    """One transaction's worth of work, built by the sequencer."""
+
+    __slots__ = (
+        "checkpoint",
+        "generation",
+        "id_rows",
+        "ids",
+        "job",
+        "last",
+        "model_rows",
+        "nodes",
+        "requests",
+        "rows",
+        "state",
+    )
+
+    def __init__(
+        self,
+        generation: int,
+        state: ChainState,
+        *,
+        last: bool = False,
+        job: _Job | None = None,
+    ) -> None:
+        self.generation = generation
+        # The log's state once this batch is committed.
+        self.state = state
+        self.last = last
+        self.job = job
+        self.requests: list[_Request] = []
+        # The new entries' items for the records, by_record_id and by_model_time databases.
+        self.rows: list[tuple[bytes, memoryview]] = []
+        self.id_rows: list[tuple[bytes, bytes]] = []
+        self.model_rows: list[tuple[bytes, bytes]] = []
+        # record id -> seq key of the new entries, for dedup until they are committed.
+        self.ids: dict[bytes, bytes] = {}
+        self.nodes: list[merkle.Node] = []
+        self.checkpoint: log_pb2.Checkpoint | None = None
+
+
+class GroupCommitWriter:
+    """The sequencer and writer threads of one open log (see the module docstring)."""
+
+    def __init__(
+        self,
+        env: lmdb.Environment,
+        dbs: dict[Db, lmdb._Database],
+        gate: ReadGate,
+        *,
+        encoder: EnvelopeEncoder,
+        signer: Signer | None,
+        state: ChainState,
+        checkpoint_every: int,
+        checkpoint_interval_s: float,
+        max_batch: int,
+        on_commit: Callable[[ChainState], None],
+    ) -> None:
+        self._env = env
+        self._dbs = dbs
+        self._gate = gate
+        self._encoder = encoder
+        self._signer = signer
+        self._checkpoint_every = checkpoint_every
+        self._checkpoint_interval_s = checkpoint_interval_s
+        self._max_batch = max_batch
+        self._on_commit = on_commit
+        self.listeners: list[CommitListener] = []
+        # Guards everything below.
+        self._cond = threading.Condition()
+        self._queue: deque[_Request | _Job] = deque()
+        self._closing = False
+        self._slot: _Prepared | None = None
+        self._generation = 0
+        self._committed = state
+        self._next = state.copy()
+        self._inflight: dict[bytes, bytes] = {}
+        # A batch marked last is with the writer (cleared if a failed commit requeues it).
+        self._last_published = False
+        # The writer committed the last batch: both threads are done.
+        self._finished = False
+        self._threads = [
+            threading.Thread(target=self._sequence_loop, name="log-sequencer", daemon=True),
+            threading.Thread(target=self._write_loop, name="log-writer", daemon=True),
+        ]
+        for thread in self._threads:
+            thread.start()
+
+    @property
+    def committed(self) -> ChainState:
+        return self._committed
+
+    # ------------------------------------------------------------ callers
+
+    def append(
+        self,
+        payloads: list[bytes],
+        headers: list[bytes],
+        ids: list[bytes],
+        model_keys: list[bytes],
+    ) -> list[int]:
+        """Queue records and wait until they are durable; returns their seqs."""
+        request = _Request(payloads, headers, ids, model_keys)
+        self._submit(request)
+        return request.seqs
+
+    def run_job(self, fn: JobFunction) -> int:
+        """Run `fn` in a write transaction of its own between batches; returns its result."""
+        job = _Job(fn)
+        self._submit(job)
+        return job.result
+
+    def _submit(self, item: _Request | _Job) -> None:
+        with self._cond:
+            if self._closing:
+                raise LogClosedError("log is closed")
+            self._queue.append(item)
+            self._cond.notify_all()
+        item.done.wait()
+        if item.error is not None:
+            if isinstance(item.error, LogError):
+                raise item.error
+            raise LogWriteError(f"log write failed: {item.error}") from item.error
+
+    def close(self) -> None:
+        """Finish what is queued, sign a last checkpoint, and stop both threads."""
+        with self._cond:
+            self._closing = True
+            self._cond.notify_all()
+        for thread in self._threads:
+            thread.join()
+
+    # ---------------------------------------------------------- sequencer
+
+    def _checkpoint_due(self, state: ChainState, *, last: bool) -> bool:
+        if self._signer is None or state.seq <= state.checkpoint_size:
+            return False
+        if last or state.seq - state.checkpoint_size >= self._checkpoint_every:
+            return True
+        return time.monotonic() - state.checkpoint_at >= self._checkpoint_interval_s
+
+    def _checkpoint_wait(self) -> float | None:
+        """Seconds until a time-driven checkpoint is due; None when none is pending."""
+        state = self._next
+        if self._signer is None or state.seq <= state.checkpoint_size:
+            return None
+        return state.checkpoint_at + self._checkpoint_interval_s - time.monotonic()
+
+    def _take(self) -> list[_Request] | _Job:
+        """Queued requests up to max_batch records (at least one request), or one job."""
+        if isinstance(self._queue[0], _Job):
+            job = self._queue.popleft()
+            assert isinstance(job, _Job)
+            return job
+        batch: list[_Request] = []
+        count = 0
+        while self._queue:
+            item = self._queue[0]
+            if isinstance(item, _Job) or (batch and count + len(item.ids) > self._max_batch):
+                break
+            self._queue.popleft()
+            batch.append(item)
+            count += len(item.ids)
+        return batch
+
+    def _sequence_loop(self) -> None:
+        while True:
+            with self._cond:
+                # Build the next batch only once the writer has taken the previous one: what
+                # queues up meanwhile joins it, which is what makes the batches large.
+                while True:
+                    if self._finished:
+                        return
+                    wait = None
+                    if self._slot is None:
+                        if self._queue or (self._closing and not self._last_published):
+                            break
+                        wait = None if self._closing else self._checkpoint_wait()
+                        if wait is not None and wait <= 0:
+                            break
+                    self._cond.wait(wait)
+                taken = self._take() if self._queue else []
+                last = self._closing and not self._queue
+                generation = self._generation
+                state = self._next.copy()
+                inflight = dict(self._inflight)
+            if isinstance(taken, _Job):
+                self._publish(_Prepared(generation, state, job=taken), taken)
+                continue
+            if not taken and not last and not self._checkpoint_due(state, last=False):
+                continue
+            try:
+                prepared = self._prepare(taken, state, inflight, generation, last=last)
+            except Exception as exc:
+                logger.exception("log sequencer failed a batch", extra={"requests": len(taken)})
+                for request in taken:
+                    request.error = exc
+                    request.done.set()
+                continue
+            self._publish(prepared, None)
+
+    def _publish(self, prepared: _Prepared, job: _Job | None) -> None:
+        """Hand a batch to the writer, or requeue its requests when it went stale meanwhile.
+
+        A job is a barrier: the sequencer waits until the writer has run it.
+        """
+        with self._cond:
+            while self._slot is not None and prepared.generation == self._generation:
+                self._cond.wait()
+            if prepared.generation != self._generation:
+                self._queue.extendleft(reversed(prepared.requests))
+                if job is not None:
+                    self._queue.appendleft(job)
+                return
+            self._slot = prepared
+            if prepared.job is None:
+                self._next = prepared.state
+                self._inflight.update(prepared.ids)
+                self._last_published = prepared.last
+            self._cond.notify_all()
+        if job is not None:
+            job.done.wait()
+
+    def _prepare(
+        self,
+        requests: list[_Request],
+        state: ChainState,
+        inflight: dict[bytes, bytes],
+        generation: int,
+        *,
+        last: bool,
+    ) -> _Prepared:
+        """Seqs, envelopes, hashes, frontier and checkpoint for `requests` (no disk writes)."""
+        prepared = _Prepared(generation, state, last=last)
+        prepared.requests = requests
+        seq = state.seq
+        prev = state.hash
+        frontier = state.frontier
+        frontier.completed.clear()
+        append_leaf = frontier.append
+        tail = self._encoder.tail(time.time_ns())
+        encode = self._encoder.encode_leaf_input
+        sha256 = hashlib.sha256
+        rows = prepared.rows
+        id_rows = prepared.id_rows
+        model_rows = prepared.model_rows
+        fresh = prepared.ids
+        with (
+            self._gate.reading(),
+            self._env.begin() as txn,
+            txn.cursor(db=self._dbs[Db.BY_RECORD_ID]) as cursor,
+        ):
+            wanted = [rid for request in requests for rid in request.ids if rid not in inflight]
+            stored = dict(cursor.getmulti(wanted)) if wanted else {}
+        for request in requests:
+            seqs: list[int] = []
+            for payload, header, record_id, model_key in zip(
+                request.payloads, request.headers, request.ids, request.model_keys, strict=True
+            ):
+                known = fresh.get(record_id) or inflight.get(record_id) or stored.get(record_id)
+                if known is not None:
+                    seqs.append(layout.read_u64(known))
+                    continue
+                seq += 1
+                key = u64(seq)
+                leaf_input = encode(seq, prev, tail, header, payload)
+                prev = sha256(leaf_input).digest()
+                append_leaf(prev)
+                rows.append((key, memoryview(leaf_input)[1:]))
+                id_rows.append((record_id, key))
+                model_rows.append((model_key + key, b""))
+                fresh[record_id] = key
+                seqs.append(seq)
+            request.seqs = seqs
+        prepared.nodes = list(frontier.completed)
+        frontier.completed.clear()
+        state.seq = seq
+        state.hash = prev
+        if self._checkpoint_due(state, last=last):
+            prepared.checkpoint = self._make_checkpoint(seq, frontier.root())
+            state.checkpoint_size = seq
+            state.checkpoint_at = time.monotonic()
+        return prepared
+
+    def _make_checkpoint(self, tree_size: int, root: bytes) -> log_pb2.Checkpoint:
+        assert self._signer is not None
+        origin = self._encoder.origin
+        note = sign_checkpoint(CheckpointBody(origin, tree_size, root), self._signer)
+        return log_pb2.Checkpoint(
+            origin=origin,
+            tree_size=tree_size,
+            root_hash=root,
+            note=note,
+            signed_at_ns=time.time_ns(),
+        )
+
+    # ------------------------------------------------------------- writer
+
+    def _write_loop(self) -> None:
+        while True:
+            with self._cond:
+                while self._slot is None:
+                    self._cond.wait()
+                prepared = self._slot
+                self._slot = None
+                self._cond.notify_all()
+            if prepared.job is not None:
+                self._run_job(prepared.job)
+                continue
+            try:
+                self._commit(prepared)
+            except BaseException as exc:
+                self._roll_back(prepared, exc)
+                if not prepared.last:
+                    continue
+            if prepared.last:
+                with self._cond:
+                    self._finished = True
+                    self._cond.notify_all()
+                return
+
+    def _commit(self, prepared: _Prepared) -> None:
+        state = prepared.state
+        if prepared.rows or prepared.checkpoint is not None:
+            self._with_growth(lambda txn: self._put(txn, prepared, state))
+        self._committed = state
+        self._on_commit(state)
+        with self._cond:
+            for record_id, key in prepared.ids.items():
+                if self._inflight.get(record_id) == key:
+                    del self._inflight[record_id]
+        for request in prepared.requests:
+            request.done.set()
+        if prepared.rows:
+            for listener in self.listeners:
+                try:
+                    listener(state.seq)
+                except Exception:
+                    logger.exception("log commit listener failed", extra={"head_seq": state.seq})
+
+    def _put(self, txn: lmdb.Transaction[bytes], prepared: _Prepared, state: ChainState) -> int:
+        """Write a prepared batch (one putmulti per database keeps the GIL mostly free)."""
+        put = txn.put
+        with txn.cursor(db=self._dbs[Db.RECORDS]) as cursor:
+            _, added = cursor.putmulti(prepared.rows, append=True)
+        if added != len(prepared.rows):
+            first = layout.read_u64(prepared.rows[0][0])
+            raise LogCorruptError(f"seqs from {first} on are already stored: the head is stale")
+        with txn.cursor(db=self._dbs[Db.BY_RECORD_ID]) as cursor:
+            cursor.putmulti(prepared.id_rows)
+        with txn.cursor(db=self._dbs[Db.BY_MODEL_TIME]) as cursor:
+            cursor.putmulti(prepared.model_rows)
+        tree_db = self._dbs[Db.TREE]
+        for level, index, node in prepared.nodes:
+            put(layout.tree_key(level, index), node, db=tree_db)
+        meta = self._dbs[Db.META]
+        if prepared.rows:
+            put(MetaKey.HEAD.value, layout.pack_head(state.seq, state.hash), db=meta)
+            put(MetaKey.FRONTIER.value, state.frontier.to_bytes(), db=meta)
+        if prepared.checkpoint is not None:
+            put(
+                u64(prepared.checkpoint.tree_size),
+                prepared.checkpoint.SerializeToString(),
+                db=self._dbs[Db.CHECKPOINTS],
+            )
+        return len(prepared.rows)
+
+    def _roll_back(self, prepared: _Prepared, exc: BaseException) -> None:
+        """A commit failed: fail its callers, requeue later work, restart from what is durable."""
+        logger.error(
+            "log commit failed; its records were not stored",
+            extra={"entries": len(prepared.rows), "error": repr(exc)},
+        )
+        with self._cond:
+            self._generation += 1
+            self._next = self._committed.copy()
+            self._inflight.clear()
+            self._last_published = False
+            stale = self._slot
+            self._slot = None
+            if stale is not None:
+                self._queue.extendleft(reversed(stale.requests))
+                if stale.job is not None:
+                    self._queue.appendleft(stale.job)
+            if prepared.last:
+                # Closing, and the last batch failed: nothing may stay queued unanswered.
+                while self._queue:
+                    item = self._queue.popleft()
+                    item.error = LogClosedError("log closed after a failed commit")
+                    item.done.set()
+            self._cond.notify_all()
+        for request in prepared.requests:
+            request.error = exc
+            request.done.set()
+
+    def _with_growth(self, fn: JobFunction) -> int:
+        """Run `fn` in a write transaction, doubling the map and retrying while it is full."""
+        for _ in range(_MAX_GROWTHS):
+            try:
+                with self._env.begin(write=True) as txn:
+                    return fn(txn)
+            except lmdb.MapFullError:
+                with self._gate.exclusive():
+                    old = self._env.info()["map_size"]
+                    self._env.set_mapsize(old * 2)
+                logger.info("grew the log map", extra={"old_bytes": old, "new_bytes": old * 2})
+        raise LogWriteError("the map is still full after growing it repeatedly")
+
+    def _run_job(self, job: _Job) -> None:
+        try:
+            job.result = self._with_growth(job.fn)
+        except BaseException as exc:
+            job.error = exc
+        finally:
+            job.done.set()
