@@ -1,9 +1,12 @@
 """The collector's Prometheus metrics: one registry, one object per metric, served at /metrics.
 
-The daemon creates one `CollectorMetrics`, passes it to the parts that count, and serves it with
-`metrics.serve("127.0.0.1:9400")`. Counters only go up: where the source is itself a running
-total (the kernel's PACKET_STATISTICS drop count), increment by the difference since the last
-read. Label values are short lower-case words (`quality="response_gap"`).
+`METRICS` is the daemon's instance: capture, reassembly, the log and the LedgerService
+increment its attributes directly (`METRICS.packets.labels(source="eth1").inc(n)`), and the
+daemon serves it with `METRICS.serve(address)`. Tests make their own `CollectorMetrics()`.
+
+Counters only go up: where the source is itself a running total (the kernel's
+PACKET_STATISTICS drop count), increment by the difference since the last read. Label values
+are short lower-case words (`quality="response_gap"`).
 """
 
 from __future__ import annotations
@@ -118,3 +121,7 @@ class CollectorMetrics:
     def serve(self, address: str) -> MetricsServer:
         """Serve this registry at http://ADDRESS/metrics (port 0: any free port)."""
         return serve_metrics(self.registry, address)
+
+
+#: The daemon's metrics (one registry per process).
+METRICS = CollectorMetrics()

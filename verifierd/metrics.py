@@ -1,11 +1,14 @@
 """verifierd's Prometheus metrics: one registry, one object per metric, served at /metrics.
 
-The daemon creates one `VerifierMetrics`, hands it to intake, the scheduler and the engine pool,
-subscribes `record_reading` to its meter (`meter.subscribe(metrics.reading_callback(meter))`),
-and serves it with `metrics.serve("127.0.0.1:9401")`. Labels: `origin` (a collector),
-`commitment` (a commitment id), `status` (a verdict status in lower case: "pass", "fail", ...),
-`target` ("gpu0", "pid1234": what the meter measured), `method` (nvml-gpm, nvml-utilization,
-cpu-seconds).
+`METRICS` is the daemon's instance: intake, the scheduler and the engine pool increment its
+attributes directly (`METRICS.engine_loads.labels(commitment=cid, outcome="ok").inc()`); the
+compute-meter service feeds it the meter's readings and batch costs, and the metrics service
+(verifierd.services.metrics) counts verdicts and backlog from the store and serves it at /metrics.
+Tests make their own `VerifierMetrics()` (each has its own registry).
+
+Labels: `origin` (a collector), `commitment` (a commitment id), `status` (a verdict status in
+lower case: "pass", "fail", ...), `target` ("gpu0", "pid1234": what the meter measured),
+`method` (nvml-gpm, nvml-utilization, cpu-seconds).
 """
 
 from __future__ import annotations
@@ -110,14 +113,14 @@ class VerifierMetrics:
         )
         self.prefill_seconds = Histogram(
             _PREFIX + "prefill_seconds",
-            "Engine time of one batch's verification prefill.",
+            "Engine prefill time of one verdict (its share of its batch's prefill, by tokens).",
             ["commitment"],
             buckets=_SECONDS_BUCKETS,
             registry=r,
         )
         self.scoring_seconds = Histogram(
             _PREFIX + "scoring_seconds",
-            "Time to rebuild the sampler noise and score one batch with Token-DiFR.",
+            "Time to rebuild the sampler noise and score one verdict's tokens with Token-DiFR.",
             ["commitment"],
             buckets=_SECONDS_BUCKETS,
             registry=r,
@@ -173,6 +176,15 @@ class VerifierMetrics:
     def verdict_decided(self, commitment_id: str, status: int) -> None:
         self.verdicts.labels(commitment=commitment_id, status=status_label(status)).inc()
 
+    def verdict_stored(self, verdict: verifier_pb2.Verdict) -> None:
+        """Count one stored verdict and, for a recomputed one, its prefill and scoring time."""
+        self.verdict_decided(verdict.commitment_id, verdict.status)
+        timings = verdict.timings
+        if timings.prefill_ns or timings.scoring_ns:
+            cid = verdict.commitment_id
+            self.prefill_seconds.labels(commitment=cid).observe(timings.prefill_ns / 1e9)
+            self.scoring_seconds.labels(commitment=cid).observe(timings.scoring_ns / 1e9)
+
     def record_reading(self, reading: Reading, method: Method) -> None:
         """Export one meter reading: latest ratios and the running activity integral."""
         if reading.activity is not None:
@@ -198,3 +210,7 @@ class VerifierMetrics:
     def serve(self, address: str) -> MetricsServer:
         """Serve this registry at http://ADDRESS/metrics (port 0: any free port)."""
         return serve_metrics(self.registry, address)
+
+
+#: The daemon's metrics (one registry per process).
+METRICS = VerifierMetrics()

@@ -16,6 +16,7 @@ kernel's exact total for a cgroup (v2 cpu.stat usage_usec, or v1 cpuacct.usage).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -158,17 +159,27 @@ class CgroupCounter:
 
 
 class CpuSampler:
-    """Sampler over CPU counters. Counters can be added and removed while it runs."""
+    """Sampler over CPU counters. Counters can be added and removed while it runs.
+
+    With `follow_children_of=PID` it also starts following, every `discover_every` reads, the
+    tree of each new direct child of PID: verifierd passes its own pid, so every engine process
+    it spawns is metered from within a second of its start (long before its first batch).
+    """
 
     def __init__(
         self,
         counters: Sequence[CpuCounter] = (),
         clock: Callable[[], int] = time.time_ns,
+        follow_children_of: int | None = None,
+        discover_every: int = 10,
     ) -> None:
         self._clock = clock
         self._lock = threading.Lock()
         self._counters: dict[str, CpuCounter] = {c.target: c for c in counters}
         self._prev: dict[str, tuple[int, float]] = {}
+        self._parent = follow_children_of
+        self._discover_every = max(1, discover_every)
+        self._reads = 0
 
     @property
     def method(self) -> Method:
@@ -203,10 +214,43 @@ class CpuSampler:
             self._counters.pop(target, None)
             self._prev.pop(target, None)
 
+    def _discover(self) -> None:
+        if self._parent is None:
+            return
+        try:
+            children = psutil.Process(self._parent).children(recursive=False)
+        except psutil.Error:
+            return
+        for child in children:
+            with contextlib.suppress(ProcessGoneError):
+                self.watch_pid(child.pid)
+
+    def _watched_root(self, pid: int) -> str | None:
+        """The followed tree that `pid` belongs to: its own, or its nearest followed ancestor's."""
+        try:
+            proc = psutil.Process(pid)
+            chain = [proc, *proc.parents()]
+        except psutil.Error:
+            return None
+        with self._lock:
+            for member in chain:
+                if pid_target(member.pid) in self._counters:
+                    return pid_target(member.pid)
+        return None
+
     def targets_for(self, gpus: Sequence[int], pids: Sequence[int]) -> tuple[str, ...]:
-        return tuple(self.watch_pid(pid) for pid in pids)
+        """The followed trees holding `pids` (each once); a pid in none is followed from now."""
+        out: list[str] = []
+        for pid in pids:
+            target = self._watched_root(pid) or self.watch_pid(pid)
+            if target not in out:
+                out.append(target)
+        return tuple(out)
 
     def read(self) -> list[Reading]:
+        if self._reads % self._discover_every == 0:
+            self._discover()
+        self._reads += 1
         with self._lock:
             counters = list(self._counters.values())
         out: list[Reading] = []

@@ -59,6 +59,21 @@ def _utilization(gpus: Sequence[int] | None) -> Sampler:
         raise
 
 
+def open_gpu_sampler(gpus: Sequence[int] | None) -> tuple[Sampler, tuple[str, ...]]:
+    """NVML GPM on `gpus` (None: all), else NVML utilisation, and why GPM was passed over.
+
+    Raises MeterUnavailableError, naming both reasons, when neither works.
+    """
+    skipped: list[str] = []
+    for method, opener in ((Method.NVML_GPM, _gpm), (Method.NVML_UTILIZATION, _utilization)):
+        try:
+            return opener(gpus), tuple(skipped)
+        except MeterUnavailableError as exc:
+            skipped.append(f"{method}: {exc}")
+            log.info("meter method unavailable", extra={"method": str(method), "reason": str(exc)})
+    raise MeterUnavailableError("; ".join(skipped))
+
+
 def open_sampler(settings: MeterSettings) -> tuple[Sampler, tuple[str, ...]]:
     """The sampler `settings` ask for and, for "auto", why each better method was passed over.
 
@@ -70,14 +85,10 @@ def open_sampler(settings: MeterSettings) -> tuple[Sampler, tuple[str, ...]]:
         return _utilization(settings.gpus), ()
     if settings.method == Method.CPU_SECONDS:
         return CpuSampler(), ()
-    skipped: list[str] = []
-    for method, opener in ((Method.NVML_GPM, _gpm), (Method.NVML_UTILIZATION, _utilization)):
-        try:
-            return opener(settings.gpus), tuple(skipped)
-        except MeterUnavailableError as exc:
-            skipped.append(f"{method}: {exc}")
-            log.info("meter method unavailable", extra={"method": str(method), "reason": str(exc)})
-    return CpuSampler(), tuple(skipped)
+    try:
+        return open_gpu_sampler(settings.gpus)
+    except MeterUnavailableError as exc:
+        return CpuSampler(), tuple(str(exc).split("; "))
 
 
 def open_meter(settings: MeterSettings) -> Meter:

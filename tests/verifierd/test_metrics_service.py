@@ -1,0 +1,102 @@
+"""The metrics service: verdicts and backlog from a real store, served at /metrics."""
+
+from __future__ import annotations
+
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from veritap.v1 import verifier_pb2
+
+from verifierd.engine.pool import EngineStatus
+from verifierd.metrics import VerifierMetrics
+from verifierd.services.metrics import MetricsService
+from verifierd.store import Enqueue, Store, VerdictWrite
+
+COMMITMENT = "cd" * 32
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[Store]:
+    store = Store.open(tmp_path / "store")
+    yield store
+    store.close()
+
+
+def verdict_write(seq: int, status: int, prefill_ns: int = 0) -> VerdictWrite:
+    verdict = verifier_pb2.Verdict(
+        record_id=f"r{seq}",
+        origin="edge",
+        seq=seq,
+        commitment_id=COMMITMENT,
+        status=status,
+        decided_at_ns=time.time_ns(),
+        timings=verifier_pb2.VerdictTimings(prefill_ns=prefill_ns, scoring_ns=prefill_ns // 10),
+    )
+    signed = verifier_pb2.SignedVerdict(verdict=verdict.SerializeToString())
+    return VerdictWrite("edge", seq, f"r{seq}", signed, verdict)
+
+
+async def test_verdicts_backlog_and_engines_are_exported(store: Store) -> None:
+    metrics = VerifierMetrics()
+    engines = [
+        EngineStatus(COMMITMENT, verifier_pb2.ENGINE_STATE_READY, 1 << 30, (), 0, "pid 1"),
+        EngineStatus("ef" * 32, verifier_pb2.ENGINE_STATE_LOADING, 1 << 30, (), 0, "pid 2"),
+    ]
+    context = SimpleNamespace(store=store, pool=SimpleNamespace(status=lambda: engines))
+    service = MetricsService(context, metrics, listen="127.0.0.1:0")  # type: ignore[arg-type]
+    await service.start()
+    try:
+        store.ingest("edge", [(seq, b"entry", bytes([seq]) * 32) for seq in range(1, 6)])
+        store.classify(
+            [
+                verdict_write(1, verifier_pb2.VERDICT_STATUS_PASS, prefill_ns=200_000_000),
+                verdict_write(2, verifier_pb2.VERDICT_STATUS_FAIL, prefill_ns=400_000_000),
+                verdict_write(3, verifier_pb2.VERDICT_STATUS_SKIPPED),
+                Enqueue("edge", 4, "r4", COMMITMENT),
+                Enqueue("edge", 5, "r5", COMMITMENT),
+            ]
+        )
+        service.refresh()
+        assert service.url is not None
+        with urllib.request.urlopen(service.url, timeout=5) as response:
+            text = response.read().decode()
+    finally:
+        await service.stop()
+
+    def sample(name: str, **labels: str) -> float | None:
+        return metrics.registry.get_sample_value(name, labels)
+
+    p = "veritap_verifier_"
+    assert sample(f"{p}verdicts_total", commitment=COMMITMENT, status="pass") == 1
+    assert sample(f"{p}verdicts_total", commitment=COMMITMENT, status="fail") == 1
+    assert sample(f"{p}verdicts_total", commitment=COMMITMENT, status="skipped") == 1
+    assert sample(f"{p}prefill_seconds_count", commitment=COMMITMENT) == 2
+    assert sample(f"{p}prefill_seconds_sum", commitment=COMMITMENT) == pytest.approx(0.6)
+    assert sample(f"{p}backlog_records", commitment=COMMITMENT) == 2
+    age = sample(f"{p}backlog_oldest_age_seconds", commitment=COMMITMENT)
+    assert age is not None and 0 <= age < 60
+    assert sample(f"{p}engines_loaded") == 1
+    assert f'{p}verdicts_total{{commitment="{COMMITMENT}",status="pass"}} 1.0' in text
+
+    # After stop, new verdicts are no longer counted by this service.
+    store.ingest("edge", [(6, b"entry", bytes([6]) * 32)])
+    store.classify([verdict_write(6, verifier_pb2.VERDICT_STATUS_PASS)])
+    assert sample(f"{p}verdicts_total", commitment=COMMITMENT, status="pass") == 1
+
+
+async def test_a_taken_port_keeps_the_metrics_unserved(store: Store) -> None:
+    first = VerifierMetrics()
+    context = SimpleNamespace(store=store, pool=SimpleNamespace(status=list))
+    holder = first.serve("127.0.0.1:0")
+    try:
+        address = holder.url.removeprefix("http://").removesuffix("/metrics")
+        service = MetricsService(context, VerifierMetrics(), listen=address)  # type: ignore[arg-type]
+        await service.start()
+        assert service.url is None
+        await service.stop()
+    finally:
+        holder.close()

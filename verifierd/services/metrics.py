@@ -1,0 +1,104 @@
+"""verifierd's /metrics as one of the daemon's services.
+
+Counts every stored verdict by commitment and status (with its prefill and scoring time) from
+the store's verdict listener, refreshes the backlog and loaded-engine gauges every
+`POLL_S` seconds, and serves `verifierd.metrics.METRICS` at `LISTEN`. The listen address is
+fixed until the configuration grows a [metrics] table; when it is taken (a second verifierd on
+the host) the service says so in the log and the metrics are still kept, just not served.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Sequence
+
+from veritap.metrics_http import MetricsServer
+from veritap.v1 import verifier_pb2
+
+from verifierd.daemon import DaemonContext
+from verifierd.metrics import METRICS, VerifierMetrics
+from verifierd.store import StoredVerdict
+
+log = logging.getLogger(__name__)
+
+LISTEN = "127.0.0.1:9401"
+POLL_S = 2.0
+_LOADED = (verifier_pb2.ENGINE_STATE_READY, verifier_pb2.ENGINE_STATE_BUSY)
+
+
+class MetricsService:
+    name = "metrics"
+
+    def __init__(
+        self, context: DaemonContext, metrics: VerifierMetrics = METRICS, listen: str = LISTEN
+    ) -> None:
+        self._context = context
+        self._metrics = metrics
+        self._listen = listen
+        self._running = False
+        self._task: asyncio.Task[None] | None = None
+        self._server: MetricsServer | None = None
+        self._backlog_commitments: set[str] = set()
+        context.store.add_verdict_listener(self._on_verdicts)
+
+    @property
+    def url(self) -> str | None:
+        return None if self._server is None else self._server.url
+
+    def _on_verdicts(self, written: Sequence[StoredVerdict]) -> None:
+        if self._running:
+            for stored in written:
+                self._metrics.verdict_stored(stored.verdict)
+
+    def refresh(self) -> None:
+        """Backlog per commitment and loaded engines, from the store and the pool (blocks)."""
+        now = time.time_ns()
+        seen = set()
+        for backlog in self._context.store.backlog():
+            seen.add(backlog.commitment_id)
+            labels = {"commitment": backlog.commitment_id}
+            self._metrics.backlog.labels(**labels).set(backlog.pending)
+            age = max(0, now - backlog.oldest_enqueued_ns) / 1e9 if backlog.pending else 0.0
+            self._metrics.backlog_oldest_age.labels(**labels).set(age)
+        for gone in self._backlog_commitments - seen:
+            self._metrics.backlog.labels(commitment=gone).set(0)
+            self._metrics.backlog_oldest_age.labels(commitment=gone).set(0)
+        self._backlog_commitments = seen
+        loaded = sum(1 for e in self._context.pool.status() if e.state in _LOADED)
+        self._metrics.engines_loaded.set(loaded)
+
+    async def _poll(self) -> None:
+        while True:
+            try:
+                await asyncio.to_thread(self.refresh)
+            except Exception:
+                log.exception("metrics refresh failed")
+            await asyncio.sleep(POLL_S)
+
+    async def start(self) -> None:
+        self._running = True
+        try:
+            self._server = self._metrics.serve(self._listen)
+        except OSError as exc:
+            log.warning(
+                "metrics kept but not served", extra={"listen": self._listen, "reason": str(exc)}
+            )
+        self._task = asyncio.create_task(self._poll(), name="metrics-refresh")
+
+    async def stop(self) -> None:
+        self._running = False
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        if self._server is not None:
+            await asyncio.to_thread(self._server.close)
+            self._server = None
+
+
+def create(context: DaemonContext) -> MetricsService:
+    return MetricsService(context)
