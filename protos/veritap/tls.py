@@ -55,6 +55,8 @@ def split_host_port(address: str) -> tuple[str, int]:
         host = host[1:-1]
     elif ":" in host:
         raise TlsConfigError(f"address {address!r}: write an IPv6 literal as [addr]:port")
+    if not host:
+        raise TlsConfigError(f"address {address!r} has no host")
     try:
         port = int(port_text)
     except ValueError as exc:
