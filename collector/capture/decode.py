@@ -48,6 +48,9 @@ TCP_ACK = 0x10
 _U16 = struct.Struct("!H")
 _TCP = struct.Struct("!HHIIBB")
 _IPV4_LEN_FRAG = struct.Struct("!HHHBB")
+# Ethernet + option-less IPv4 + TCP in one unpack (the common case): version/IHL, total
+# length, flags/fragment offset, protocol, addresses, then the TCP header.
+_ETH_IPV4_TCP = struct.Struct("!12xHBxHxxHxBxx4s4sHHIIBB")
 _SLL2_PROTO = struct.Struct("!H")
 
 
@@ -101,6 +104,37 @@ class FrameDecoder:
         stats.frames += 1
         linktype = self.linktype
         size = len(frame)
+        if linktype == DLT_EN10MB and size >= 54:
+            (
+                ethertype,
+                ver_ihl,
+                total,
+                frag,
+                proto,
+                src,
+                dst,
+                sport,
+                dport,
+                seq,
+                ack,
+                off,
+                flags,
+            ) = _ETH_IPV4_TCP.unpack_from(frame, 0)
+            if (
+                ethertype == ETH_IPV4
+                and ver_ihl == 0x45
+                and proto == IPPROTO_TCP
+                and not frag & 0x3FFF
+                and (total == 0 or total >= 40)
+            ):
+                end = 14 + total if 0 < total <= size - 14 else size
+                data = 34 + (off >> 4) * 4
+                if data >= 54 and data <= end:
+                    stats.segments += 1
+                    return _new_segment(
+                        TcpSegment,
+                        (ts_ns, src, dst, sport, dport, seq, ack, flags, frame[data:end], vlans),
+                    )
         try:
             if linktype == DLT_EN10MB:
                 ethertype = _U16.unpack_from(frame, 12)[0]

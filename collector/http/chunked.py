@@ -13,7 +13,7 @@ import re
 
 from collector.http.errors import ChunkFramingError
 
-_SIZE, _DATA, _DATA_END, _TRAILER, _DONE = range(5)
+_SIZE, _DATA, _TRAILER, _DONE = range(4)
 _MAX_LINE = 16 * 1024
 # A chunk-size line at a line start, for resynchronising after a gap.
 CHUNK_LINE = re.compile(rb"(?:^|(?<=\n))([0-9A-Fa-f]{1,8})[ \t]*(?:;[^\r\n]*)?\r\n")
@@ -38,17 +38,17 @@ class ChunkFramer:
         """Consume from `pos`; returns the position after the last byte that belongs to the body."""
         start = pos
         size = len(data)
-        while pos < size and self._state != _DONE:
-            state = self._state
-            if state in (_DATA, _DATA_END):
-                take = min(self._need, size - pos)
-                pos += take
-                self._need -= take
-                if not self._need:
-                    if state == _DATA:
-                        self._state, self._need = _DATA_END, 2
-                    else:
-                        self._state = _SIZE
+        state = self._state
+        need = self._need
+        while pos < size and state != _DONE:
+            if state == _DATA:
+                # The chunk's data and its CRLF.
+                if need > size - pos:
+                    need -= size - pos
+                    pos = size
+                    break
+                pos += need
+                state = _SIZE
                 continue
             newline = data.find(b"\n", pos)
             if newline < 0:
@@ -67,10 +67,12 @@ class ChunkFramer:
                 except ValueError:
                     raise ChunkFramingError(f"bad chunk-size line {line[:40]!r}") from None
                 if chunk:
-                    self._state, self._need = _DATA, chunk
+                    state, need = _DATA, chunk + 2
                 else:
-                    self._state = _TRAILER
+                    state = _TRAILER
             elif line in (b"\r\n", b"\n"):
-                self._state = _DONE
+                state = _DONE
+        self._state = state
+        self._need = need
         self.wire_bytes += pos - start
         return pos

@@ -18,6 +18,11 @@ llhttp primed by a synthetic head; a gap in a head, or parse error, ends the
 message with its problem and the stream is scanned for the next start line.
 A stream that starts mid-connection is scanned the same way. Compressed bodies
 cannot be decoded past a gap; SSE bodies resynchronise at the next event.
+
+Known limits: a request that sent `Expect: 100-continue` and got a final
+answer instead of 100 is still expected to carry the body its head announced
+(clients close or send it); pipelined requests lost whole inside one gap
+cannot be told apart, so their responses pair by timing (see `exchange`).
 """
 
 from __future__ import annotations

@@ -95,3 +95,11 @@ def test_non_tcp_fragments_and_garbage_are_counted() -> None:
 def test_unknown_link_type_is_refused() -> None:
     with pytest.raises(UnsupportedLinkTypeError):
         FrameDecoder(147)
+
+
+def test_bad_checksums_are_not_a_reason_to_drop() -> None:
+    data = bytearray(frame(Conversation(), _packet()))
+    data[14 + 10 : 14 + 12] = b"\xde\xad"  # IPv4 header checksum
+    data[14 + 20 + 16 : 14 + 20 + 18] = b"\xbe\xef"  # TCP checksum
+    seg = FrameDecoder(1).decode(0, bytes(data))
+    assert seg is not None and seg.payload == PAYLOAD
