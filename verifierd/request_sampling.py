@@ -73,9 +73,6 @@ _HARMLESS = frozenset(
         "truncate_prompt_tokens",
         "repetition_detection",
         "length_penalty",
-        "presence_penalty",
-        "frequency_penalty",
-        "repetition_penalty",
     }
 )
 
@@ -85,6 +82,10 @@ _NEUTRAL: Mapping[str, Any] = {
     "response_format": ({"type": "text"},),
     "min_tokens": (0,),
     "best_of": (1,),
+    # Also read from the typed fields (and the committed defaults) below.
+    "presence_penalty": (0,),
+    "frequency_penalty": (0,),
+    "repetition_penalty": (1,),
 }
 
 

@@ -1,0 +1,87 @@
+"""Inference records and their log envelopes for verifierd tests (built, not captured)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from veritap.envelope import ZERO_HASH, encode_envelope, entry_hash
+from veritap.v1 import record_pb2
+
+from verifierd.store import Store
+
+
+@dataclass(frozen=True)
+class Exchange:
+    """One chat exchange as the collector would record it, with token ids."""
+
+    record_id: str
+    model: str = "tiny"
+    prompt_ids: tuple[int, ...] = (1, 2, 3)
+    outputs: tuple[tuple[int, ...], ...] = ((5, 6, 7),)
+    temperature: float | None = 1.0
+    seed: int | None = 7
+    quality: int = record_pb2.CAPTURE_QUALITY_COMPLETE
+    status: int = 200
+    extra_params: dict[str, object] = field(default_factory=dict)
+
+
+def make_record(x: Exchange) -> record_pb2.InferenceRecord:
+    sampling = record_pb2.SamplingParams()
+    params: dict[str, object] = {"model": x.model, "return_token_ids": True, **x.extra_params}
+    if x.temperature is not None:
+        sampling.temperature = x.temperature
+        params["temperature"] = x.temperature
+    if x.seed is not None:
+        sampling.seed = x.seed
+        params["seed"] = x.seed
+    if len(x.outputs) > 1:
+        sampling.n = len(x.outputs)
+        params["n"] = len(x.outputs)
+    sampling.params_json = json.dumps(params, sort_keys=True)
+    record = record_pb2.InferenceRecord(
+        record_id=x.record_id,
+        origin="edge",
+        request_first_byte_ns=1_000,
+        response_last_byte_ns=2_000,
+        quality=x.quality,
+        response=record_pb2.HttpResponse(status=x.status),
+        api=record_pb2.ApiView(
+            dialect="openai-chat",
+            model=x.model,
+            sampling=sampling,
+            prompt_json=json.dumps([{"role": "user", "content": "hi"}]),
+            prompt_token_ids=record_pb2.TokenIds(ids=list(x.prompt_ids)),
+        ),
+    )
+    for i, out in enumerate(x.outputs):
+        record.api.choices.append(
+            record_pb2.Choice(
+                index=i,
+                text="...",
+                token_ids=record_pb2.TokenIds(ids=list(out)),
+                finish_reason="length",
+            )
+        )
+    return record
+
+
+def ingest(store: Store, origin: str, exchanges: Sequence[Exchange]) -> None:
+    """Append the exchanges to ``origin``'s entries in the store, as intake would."""
+    cursor = store.cursor(origin)
+    prev, seq = cursor.hash if cursor.seq else ZERO_HASH, cursor.seq
+    batch = []
+    for x in exchanges:
+        seq += 1
+        envelope = encode_envelope(
+            seq=seq,
+            prev_hash=prev,
+            captured_at_ns=1_000 + seq,
+            origin=origin,
+            key_id=b"kid0",
+            record=make_record(x).SerializeToString(),
+        )
+        prev = entry_hash(envelope)
+        batch.append((seq, envelope, prev))
+    store.ingest(origin, batch)

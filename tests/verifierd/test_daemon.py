@@ -1,0 +1,228 @@
+"""`verifierd run` as a real process: READY to systemd, clean stop, and kill -9 mid-batch.
+
+The kill tests start the daemon on a store of pending records, SIGKILL it at random
+moments while it scores batches, restart it, and finally check that every record has
+exactly one signed verdict — nothing lost, nothing twice — and that no engine
+process outlived its daemon. The stand-in engine keeps the many restarts fast; the
+vllm-marked variant runs the real engine.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+import pytest
+from veritap.signing import Verifier
+from veritap.v1 import verifier_pb2
+
+from tests.verifierd.commitment_fixtures import commit, make_model_dir
+from tests.verifierd.engine_doubles import FACTORY
+from tests.verifierd.record_fixtures import Exchange, ingest
+from verifierd.commitments import Commitment, DifrSettings, write_commitment
+from verifierd.config import DEFAULT_BACKEND, load_config
+from verifierd.store import Store
+from verifierd.verdicts import check_signed_verdict
+from verifierd.weights_cache import WeightsCache
+
+ORIGIN = "edge"
+
+
+@dataclass(frozen=True)
+class Setup:
+    config_path: Path
+    store_dir: Path
+    key_pub: Path
+    records: int
+
+
+def prepare(
+    tmp_path: Path, commitment: Commitment, model: Path, records: int, backend: str
+) -> Setup:
+    (tmp_path / "commitments").mkdir()
+    write_commitment(commitment, tmp_path / "commitments" / "model.json")
+    config_path = tmp_path / "verifierd.toml"
+    config_path.write_text(
+        f"""
+[engines]
+backend = "{backend}"
+max_batch_requests = 4
+idle_unload_s = 600
+
+[scheduler]
+classify_batch = 16
+poll_interval_s = 0.05
+
+[service]
+listen = "127.0.0.1:0"
+"""
+    )
+    config = load_config(config_path)
+    WeightsCache(config.weights_dir).install(commitment, model)
+    store = Store.open(config.store_dir)
+    try:
+        ingest(store, ORIGIN, [make_exchange(i) for i in range(records)])
+    finally:
+        store.close()
+    return Setup(
+        config_path, config.store_dir, config.key_file.with_name("verifier.key.pub"), records
+    )
+
+
+def make_exchange(i: int) -> Exchange:
+    # Every fifth record carries a token the stand-in engine scores as dishonest.
+    output = (5 + i % 50, 1500 if i % 5 == 0 else 6, 7)
+    return Exchange(f"rec-{i:04d}", prompt_ids=(1, 2, 3 + i % 3), outputs=(output,), seed=i)
+
+
+def verdict_count(store_dir: Path) -> int:
+    store = Store.open(store_dir, readonly=True)
+    try:
+        return store.counts().verdicts
+    finally:
+        store.close()
+
+
+def start(setup: Setup, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "verifierd.cli", "run", "--config", str(setup.config_path)],
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([os.getcwd(), "protos"]), **(env or {})},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+
+
+def wait_for(predicate: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def check_exactly_once(setup: Setup) -> dict[int, int]:
+    """Every record has one verified verdict; returns their statuses by seq."""
+    verifier = Verifier.load(setup.key_pub)
+    store = Store.open(setup.store_dir, readonly=True)
+    try:
+        counts = store.counts()
+        assert (counts.entries, counts.inbox, counts.pending) == (setup.records, 0, 0)
+        assert counts.verdicts == setup.records
+        seen: list[tuple[str, int]] = []
+        token = b""
+        while True:
+            page, token = store.list_verdicts(after=token, limit=50)
+            seen += [(v.origin, v.seq) for v in page]
+            if not token:
+                break
+        assert sorted(seen) == [(ORIGIN, s) for s in range(1, setup.records + 1)]
+        statuses: dict[int, int] = {}
+        for seq in range(1, setup.records + 1):
+            stored = store.verdict(ORIGIN, seq)
+            assert stored is not None
+            v = check_signed_verdict(stored.signed, verifier)
+            assert (v.origin, v.seq, v.record_id) == (ORIGIN, seq, f"rec-{seq - 1:04d}")
+            statuses[seq] = v.status
+        assert sum(store.verdict_counts().values()) == setup.records
+    finally:
+        store.close()
+    return statuses
+
+
+def kill_repeatedly(setup: Setup, kills: int, env: dict[str, str], startup_s: float) -> None:
+    """Start the daemon, let it score a little, SIGKILL it; ``kills`` times, each while
+    records are still pending."""
+    rng = random.Random(1234)
+    for _ in range(kills):
+        before = verdict_count(setup.store_dir)
+        assert before < setup.records, "ran out of work before the last kill"
+        daemon = start(setup, env)
+        try:
+            wait_for(
+                lambda n=before: verdict_count(setup.store_dir) > n, startup_s, "scoring to start"
+            )
+            engines = psutil.Process(daemon.pid).children(recursive=True)
+            time.sleep(rng.uniform(0.0, 0.5))
+        finally:
+            daemon.send_signal(signal.SIGKILL)
+            daemon.wait(30)
+        _, alive = psutil.wait_procs(engines, timeout=30)
+        assert not alive, f"engine processes outlived the daemon: {alive}"
+
+
+def finish(setup: Setup, env: dict[str, str], timeout: float) -> None:
+    daemon = start(setup, env)
+    try:
+        wait_for(lambda: verdict_count(setup.store_dir) == setup.records, timeout, "all verdicts")
+        daemon.send_signal(signal.SIGTERM)
+        _, stderr = daemon.communicate(timeout=60)
+        assert daemon.returncode == 0, stderr.decode()[-2000:]
+    finally:
+        daemon.kill()
+
+
+def test_kill_9_mid_batch_loses_and_duplicates_nothing(tmp_path: Path) -> None:
+    model = make_model_dir(tmp_path / "model")
+    c = commit(model, generation_config="vllm", difr=DifrSettings(0.05, 5.0, 1.0))
+    setup = prepare(tmp_path, c, model, records=160, backend=FACTORY)
+    env = {"VERITAP_FAKE_BATCH_S": "0.25"}
+    kill_repeatedly(setup, kills=6, env=env, startup_s=120)
+    finish(setup, env, timeout=180)
+    statuses = check_exactly_once(setup)
+    expected = {
+        seq: verifier_pb2.VERDICT_STATUS_FAIL
+        if (seq - 1) % 5 == 0
+        else verifier_pb2.VERDICT_STATUS_PASS
+        for seq in statuses
+    }
+    assert statuses == expected
+
+
+def test_ready_and_clean_stop(tmp_path: Path) -> None:
+    model = make_model_dir(tmp_path / "model")
+    c = commit(model, generation_config="vllm")
+    setup = prepare(tmp_path, c, model, records=3, backend=FACTORY)
+    directory = tempfile.mkdtemp(prefix="vt-", dir="/tmp")
+    path = os.path.join(directory, "notify")
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+        sock.bind(path)
+        sock.settimeout(120)
+        daemon = start(setup, {"NOTIFY_SOCKET": path})
+        try:
+            messages = []
+            while not any(b"READY=1" in m for m in messages):
+                messages.append(sock.recv(4096))
+            ready = next(m for m in messages if b"READY=1" in m).decode()
+            assert "STATUS=verifying 1 commitments" in ready
+            wait_for(lambda: verdict_count(setup.store_dir) == 3, 120, "verdicts")
+            daemon.send_signal(signal.SIGTERM)
+            assert daemon.wait(60) == 0
+            while b"STOPPING=1" not in (last := sock.recv(4096)):
+                pass
+            assert b"STATUS=stopped" in last
+        finally:
+            daemon.kill()
+    check_exactly_once(setup)
+
+
+@pytest.mark.vllm
+def test_kill_9_with_the_real_engine(tmp_path: Path) -> None:
+    from verifierd.tiny_model import TinyModelSpec, build_tiny_model
+
+    tiny = build_tiny_model(tmp_path / "tiny", TinyModelSpec(seed=5))
+    c = commit(tiny.path, generation_config="vllm", max_model_len=256)
+    setup = prepare(tmp_path, c, tiny.path, records=60, backend=DEFAULT_BACKEND)
+    kill_repeatedly(setup, kills=3, env={}, startup_s=400)
+    finish(setup, {}, timeout=600)
+    check_exactly_once(setup)

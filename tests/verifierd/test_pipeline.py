@@ -1,0 +1,172 @@
+"""From stored entries to signed verdicts: classification, batches, retries, weights.
+
+The engine here is the stand-in backend in a real child process (engine_doubles);
+tests/verifierd/test_daemon_kill.py runs the whole daemon, with the real engine too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from veritap.signing import Signer
+from veritap.v1 import record_pb2, verifier_pb2
+
+from tests.verifierd.commitment_fixtures import commit, make_model_dir
+from tests.verifierd.engine_doubles import FACTORY
+from tests.verifierd.record_fixtures import Exchange, ingest
+from verifierd.commitments import Commitment, CommitmentRegistry, DifrSettings, write_commitment
+from verifierd.config import parse_config
+from verifierd.engine.pool import EnginePool
+from verifierd.pipeline import Pipeline
+from verifierd.store import Store, StoredVerdict
+from verifierd.verdicts import check_signed_verdict
+from verifierd.weights_cache import WeightsCache
+
+PASS = verifier_pb2.VERDICT_STATUS_PASS
+FAIL = verifier_pb2.VERDICT_STATUS_FAIL
+UNVERIFIABLE = verifier_pb2.VERDICT_STATUS_UNVERIFIABLE
+SKIPPED = verifier_pb2.VERDICT_STATUS_SKIPPED
+
+
+@dataclass
+class Rig:
+    store: Store
+    pool: EnginePool
+    pipeline: Pipeline
+    signer: Signer
+    commitment: Commitment
+    weights: WeightsCache
+
+    def drain(self, rounds: int = 50) -> None:
+        for _ in range(rounds):
+            self.pipeline.classify_some()
+            self.pipeline.score_some()
+            counts = self.store.counts()
+            if counts.inbox == 0 and counts.pending == 0:
+                return
+        raise AssertionError(f"work left after {rounds} rounds: {self.store.counts()}")
+
+    def verdicts(self, origin: str) -> list[StoredVerdict]:
+        out = []
+        for seq in range(1, self.store.cursor(origin).seq + 1):
+            stored = self.store.verdict(origin, seq)
+            assert stored is not None, f"{origin}/{seq} has no verdict"
+            assert check_signed_verdict(stored.signed, self.signer.verifier()) == stored.verdict
+            out.append(stored)
+        return out
+
+
+@pytest.fixture
+def rig(tmp_path: Path) -> Iterator[Rig]:
+    model = make_model_dir(tmp_path / "model")
+    c = commit(
+        model,
+        generation_config="vllm",
+        difr=DifrSettings(threshold=0.05, delta_max=5.0, sample_rate=1.0),
+    )
+    (tmp_path / "commitments").mkdir()
+    write_commitment(c, tmp_path / "commitments" / "tiny.json")
+    config = parse_config(
+        {
+            "engines": {"backend": FACTORY, "max_batch_requests": 4},
+            "scheduler": {"backoff_initial_s": 0.0, "max_attempts": 2, "classify_batch": 5},
+        },
+        tmp_path,
+    )
+    weights = WeightsCache(config.weights_dir)
+    weights.install(c, model)
+    store = Store.open(config.store_dir)
+    pool = EnginePool(config.engines)
+    signer = Signer.generate("verifierd")
+    pipeline = Pipeline(
+        config=config,
+        store=store,
+        registry=CommitmentRegistry.from_dir(config.commitments_dir),
+        weights=weights,
+        pool=pool,
+        signer=signer,
+        secret=b"s" * 32,
+    )
+    yield Rig(store, pool, pipeline, signer, c, weights)
+    pool.close()
+    store.close()
+
+
+def test_every_record_gets_exactly_one_signed_verdict(rig: Rig) -> None:
+    exchanges = [
+        Exchange("honest"),
+        Exchange("dishonest", outputs=((5, 1500, 7),)),
+        Exchange("gap", quality=record_pb2.CAPTURE_QUALITY_RESPONSE_GAP),
+        Exchange("unseeded", seed=None),
+        Exchange("greedy-unseeded", seed=None, temperature=0.0),
+        Exchange("other-model", model="unknown"),
+        Exchange("http-error", status=500, outputs=()),
+        Exchange("penalty", extra_params={"presence_penalty": 1.0}),
+        Exchange("two-choices", outputs=((5, 6), (1200, 6))),
+        Exchange("long-honest", outputs=(tuple(range(10, 200)),)),
+    ]
+    ingest(rig.store, "edge", exchanges)
+    ingest(rig.store, "edge-reject", [Exchange("refused")])
+    rig.drain()
+    got = {
+        v.verdict.record_id: v.verdict for v in rig.verdicts("edge") + rig.verdicts("edge-reject")
+    }
+    expected = {
+        "honest": (PASS, ""),
+        "dishonest": (FAIL, ""),
+        "gap": (UNVERIFIABLE, "capture_gap"),
+        "unseeded": (UNVERIFIABLE, "no_seed"),
+        "greedy-unseeded": (PASS, ""),
+        "other-model": (UNVERIFIABLE, "unknown_commitment"),
+        "http-error": (UNVERIFIABLE, "no_output"),
+        "penalty": (UNVERIFIABLE, "sampler_not_reproducible"),
+        "two-choices": (FAIL, ""),
+        "long-honest": (PASS, ""),
+        "refused": (UNVERIFIABLE, "tokens_unavailable"),
+    }
+    assert {k: (v.status, v.reason) for k, v in got.items()} == expected
+    dishonest = got["dishonest"]
+    assert dishonest.score == pytest.approx(1.0 / 3)
+    assert (dishonest.token_count, dishonest.exact_matches, dishonest.attempts) == (3, 2, 1)
+    assert dishonest.commitment_id == rig.commitment.commitment_id
+    assert dishonest.engine_version == "fake 1.0"
+    assert dishonest.settings.threshold == 0.05
+    assert len(dishonest.margins_f16) == 6
+    assert got["two-choices"].choice_index == 1
+    assert got["gap"].detail.startswith("CAPTURE_QUALITY_RESPONSE_GAP")
+    assert rig.store.counts().verdicts == len(expected)
+    assert sum(rig.store.verdict_counts().values()) == len(expected)
+
+
+def test_engine_failures_retry_then_give_up(rig: Rig) -> None:
+    ingest(rig.store, "crash-edge", [Exchange("a"), Exchange("b")])
+    rig.drain()
+    for stored in rig.verdicts("crash-edge"):
+        v = stored.verdict
+        assert (v.status, v.reason, v.attempts) == (UNVERIFIABLE, "engine_error", 2)
+        assert "died while scoring" in v.detail
+
+
+def test_changed_weights_make_pending_records_unverifiable(rig: Rig) -> None:
+    ingest(rig.store, "edge", [Exchange("a"), Exchange("b")])
+    rig.pipeline.classify_some()
+    assert rig.store.counts().pending == 2
+    shard = rig.weights.path_for(rig.commitment) / "model.safetensors"
+    shard.write_bytes(shard.read_bytes()[:-1] + b"\x00")
+    rig.drain()
+    reasons = {(v.verdict.status, v.verdict.reason) for v in rig.verdicts("edge")}
+    assert reasons == {(UNVERIFIABLE, "weights_mismatch")}
+    assert rig.pool.status() == []
+
+
+def test_sample_rate_override_skips(rig: Rig) -> None:
+    settings = verifier_pb2.DifrSettings(threshold=0.05, delta_max=5, sample_rate=0.0)
+    rig.store.set_difr_override(rig.commitment.commitment_id, settings, actor="test")
+    ingest(rig.store, "edge", [Exchange(f"r{i}") for i in range(12)])
+    rig.drain()
+    verdicts = rig.verdicts("edge")
+    assert {(v.verdict.status, v.verdict.reason) for v in verdicts} == {(SKIPPED, "not_sampled")}
+    assert rig.pool.status() == []

@@ -1,0 +1,32 @@
+"""`verifierd run --config FILE`: the daemon (store, scheduler, engines, services)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from pathlib import Path
+from typing import Any
+
+from veritap.signing import SigningError
+
+from verifierd.config import load_config
+from verifierd.daemon import Daemon
+from verifierd.errors import VerifierdError
+
+
+def register(subparsers: Any) -> None:
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        "run", help="run the verifier daemon until SIGTERM"
+    )
+    parser.add_argument("--config", type=Path, help="verifierd TOML file (default: defaults)")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        config = load_config(args.config)
+        return asyncio.run(Daemon(config).run())
+    except (VerifierdError, SigningError, OSError) as exc:
+        sys.stderr.write(f"verifierd run: {exc}\n")
+        return 2

@@ -1,0 +1,513 @@
+"""From stored log entries to signed verdicts: the scheduler's I/O shell.
+
+Two steps, each ending in one store transaction:
+
+1. **Classify** new entries (the store's inbox): a record that cannot be
+   verified (capture gap, no output, unknown model, no seed, unreplayable
+   parameters) or is not selected by the sampling policy gets its terminal
+   verdict at once; the others join their commitment's pending queue.
+2. **Score** one batch: pick a commitment (:func:`scheduler.next_commitment`),
+   check its weights, load its engine, rebuild the records' tokens, send one
+   batch (:func:`scheduler.plan_batch`) to the engine, sign the verdicts and
+   store them while deleting their queue items. An engine failure reschedules
+   the batch's records with backoff; after ``max_attempts`` they become
+   UNVERIFIABLE(engine_error).
+
+A crash at any point loses nothing and duplicates nothing: work whose
+transaction did not commit is redone, and a queue item whose verdict committed
+is gone. :meth:`Pipeline.run` loops in its own thread; every blocking call
+(LMDB, engine loads, engine batches) happens there, never on the event loop.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from veritap.envelope import EnvelopeError, decode_envelope, decode_record
+from veritap.signing import Signer
+from veritap.v1 import record_pb2, verifier_pb2
+
+from verifierd import scheduler
+from verifierd.commitments import Commitment, CommitmentRegistry, DifrSettings
+from verifierd.config import Config
+from verifierd.engine.backend import ScoreRequest, ScoreResult
+from verifierd.engine.pool import EngineError, EnginePool, EngineRef
+from verifierd.request_sampling import SamplingNotReproducibleError, request_sampling
+from verifierd.samplers import get_profile
+from verifierd.store import (
+    Enqueue,
+    PendingItem,
+    Retry,
+    Store,
+    StoredEntry,
+    VerdictWrite,
+)
+from verifierd.tokens import TokensUnavailable, reconstruct_tokens
+from verifierd.verdicts import (
+    FAIL,
+    PASS,
+    Reason,
+    base_verdict,
+    sign_verdict,
+    unverifiable,
+)
+from verifierd.weights_cache import WeightsCache, WeightsError
+
+log = logging.getLogger(__name__)
+
+_COMPLETE = record_pb2.CAPTURE_QUALITY_COMPLETE
+#: Pending items read per scoring step (a batch is planned from these).
+_WINDOW = 4
+
+
+@dataclass(frozen=True)
+class EngineBatch:
+    """One engine call, as the compute meter sees it."""
+
+    batch_id: str
+    commitment_id: str
+    engine: EngineRef
+    start_ns: int
+    end_ns: int
+    records: int
+    prompt_tokens: int
+    completion_tokens: int
+    sample_rate: float
+    #: Earliest request_first_byte_ns and latest response_last_byte_ns of its records.
+    traffic_start_ns: int
+    traffic_end_ns: int
+
+
+class BatchMeter(Protocol):
+    """Measures what an engine batch cost (verifierd's GPU / CPU meter)."""
+
+    def measure(self, batch: EngineBatch) -> verifier_pb2.ComputeCost | None: ...
+
+
+@dataclass(frozen=True)
+class _Work:
+    """A pending record ready for the engine."""
+
+    item: PendingItem
+    entry: StoredEntry
+    record: record_pb2.InferenceRecord
+    requests: tuple[ScoreRequest, ...]
+    #: API choice index of each request.
+    choice_indices: tuple[int, ...]
+    retokenized: bool
+
+
+class Pipeline:
+    def __init__(
+        self,
+        *,
+        config: Config,
+        store: Store,
+        registry: CommitmentRegistry,
+        weights: WeightsCache,
+        pool: EnginePool,
+        signer: Signer,
+        secret: bytes,
+        clock: Callable[[], int] = time.time_ns,
+    ) -> None:
+        self._config = config
+        self._store = store
+        self._registry = registry
+        self._weights = weights
+        self._pool = pool
+        self._signer = signer
+        self._secret = secret
+        self._clock = clock
+        self._meter: BatchMeter | None = None
+        self._blocked_until: dict[str, int] = {}
+        self._model_dirs: dict[str, Path] = {}
+
+    def set_batch_meter(self, meter: BatchMeter) -> None:
+        self._meter = meter
+
+    @property
+    def registry(self) -> CommitmentRegistry:
+        return self._registry
+
+    def settings_for(self, commitment: Commitment) -> DifrSettings:
+        """The DiFR settings in force: an operator's override, else the committed ones."""
+        override = self._store.difr_override(commitment.commitment_id)
+        return commitment.difr if override is None else DifrSettings.from_proto(override)
+
+    # -- the loop -----------------------------------------------------------------------
+
+    def run(self, stop: threading.Event) -> None:
+        """Classify and score until ``stop`` is set; idle engines are unloaded on the way."""
+        while not stop.is_set():
+            worked = self.classify_some() > 0
+            worked = self.score_some(stop) > 0 or worked
+            self._pool.unload_idle()
+            if not worked:
+                stop.wait(self._config.scheduler.poll_interval_s)
+
+    # -- classification -----------------------------------------------------------------
+
+    def classify_some(self) -> int:
+        """Classify up to ``classify_batch`` inbox entries in one transaction."""
+        entries = self._store.inbox(self._config.scheduler.classify_batch)
+        if entries:
+            self._store.classify([self._classify(e) for e in entries])
+        return len(entries)
+
+    def _classify(self, entry: StoredEntry) -> Enqueue | VerdictWrite:
+        try:
+            record = decode_record(decode_envelope(entry.envelope))
+        except EnvelopeError as exc:
+            v = base_verdict(
+                origin=entry.origin,
+                seq=entry.seq,
+                entry_hash=entry.entry_hash,
+                record_id="",
+                model="",
+            )
+            return self._write(entry, "", unverifiable(v, Reason.BAD_RECORD, str(exc)))
+        api = record.api
+        v = base_verdict(
+            origin=entry.origin,
+            seq=entry.seq,
+            entry_hash=entry.entry_hash,
+            record_id=record.record_id,
+            model=api.model,
+        )
+        if record.quality != _COMPLETE:
+            quality = record_pb2.CaptureQuality.Name(record.quality)
+            detail = f"{quality}: {record.quality_reason}".rstrip(": ")
+            return self._write(entry, record.record_id, unverifiable(v, Reason.CAPTURE_GAP, detail))
+        if record.response.status != 200 or api.error or not api.choices:
+            detail = api.error or f"HTTP {record.response.status}, {len(api.choices)} choices"
+            return self._write(entry, record.record_id, unverifiable(v, Reason.NO_OUTPUT, detail))
+        commitment = self._registry.by_model.get(api.model)
+        if commitment is None:
+            detail = f"no commitment serves model {api.model!r}"
+            return self._write(
+                entry, record.record_id, unverifiable(v, Reason.UNKNOWN_COMMITMENT, detail)
+            )
+        settings = self.settings_for(commitment)
+        _describe(v, commitment, settings)
+        try:
+            request_sampling(
+                api.sampling,
+                commitment.generation_defaults,
+                get_profile(commitment.sampler_profile),
+            )
+        except SamplingNotReproducibleError as exc:
+            return self._write(entry, record.record_id, unverifiable(v, exc.reason, exc.detail))
+        if not scheduler.selected(self._secret, record.record_id, settings.sample_rate):
+            detail = f"sample rate {settings.sample_rate}"
+            return self._write(entry, record.record_id, unverifiable(v, Reason.NOT_SAMPLED, detail))
+        return Enqueue(entry.origin, entry.seq, record.record_id, commitment.commitment_id)
+
+    def _write(self, entry: StoredEntry, record_id: str, v: verifier_pb2.Verdict) -> VerdictWrite:
+        v.decided_at_ns = self._clock()
+        return VerdictWrite(entry.origin, entry.seq, record_id, sign_verdict(v, self._signer), v)
+
+    # -- scoring ------------------------------------------------------------------------
+
+    def score_some(self, stop: threading.Event | None = None) -> int:
+        """Run at most one engine batch; returns how many records got a verdict."""
+        now = self._clock()
+        commitment_id = scheduler.next_commitment(
+            self._store.backlog(),
+            loaded=self._pool.loaded,
+            now_ns=now,
+            switch_after_s=self._config.scheduler.switch_after_s,
+            runnable=lambda cid: self._blocked_until.get(cid, 0) <= now,
+        )
+        if commitment_id is None:
+            return 0
+        commitment = self._registry.by_id.get(commitment_id)
+        limit = self._config.engines.max_batch_requests * _WINDOW
+        items = self._store.take_pending(commitment_id, limit, now)
+        if not items:
+            # Everything waits for a retry: look again after the shortest backoff.
+            self._blocked_until[commitment_id] = now + int(
+                self._config.scheduler.backoff_initial_s * 1e9
+            )
+            return 0
+        if commitment is None:
+            return self._give_up(items, Reason.UNKNOWN_COMMITMENT, "commitment no longer loaded")
+        try:
+            model_dir = self._model_dir(commitment)
+        except WeightsError as exc:
+            return self._give_up(items, Reason(exc.reason), str(exc), commitment)
+        settings = self.settings_for(commitment)
+        work, done = self._prepare(items, commitment, settings, model_dir)
+        jobs = [
+            scheduler.Job(
+                w,
+                prompt=w.requests[0].prompt_token_ids,
+                tokens=sum(len(r.prompt_token_ids) + len(r.output_token_ids) for r in w.requests),
+                requests=len(w.requests),
+            )
+            for w in work
+        ]
+        batch = [
+            j.item
+            for j in scheduler.plan_batch(
+                jobs,
+                max_requests=self._config.engines.max_batch_requests,
+                max_tokens=self._config.engines.max_batch_tokens,
+            )
+        ]
+        retries: list[Retry] = []
+        if batch:
+            try:
+                done += self._run_batch(batch, commitment, settings, model_dir)
+            except EngineError as exc:
+                if stop is not None and stop.is_set():
+                    log.info("batch abandoned at shutdown", extra={"commitment_id": commitment_id})
+                else:
+                    log.warning(
+                        "engine failure", extra={"commitment_id": commitment_id, "error": str(exc)}
+                    )
+                    d, retries = self._failed(batch, commitment, settings, str(exc))
+                    done += d
+        return self._store.finish(done, retries)
+
+    def _model_dir(self, commitment: Commitment) -> Path:
+        """The verified weights directory (checked whenever the engine is not loaded)."""
+        cid = commitment.commitment_id
+        if cid not in self._model_dirs or not self._pool.loaded(cid):
+            self._model_dirs[cid] = self._weights.verify(commitment).path
+        return self._model_dirs[cid]
+
+    def _prepare(
+        self,
+        items: Sequence[PendingItem],
+        commitment: Commitment,
+        settings: DifrSettings,
+        model_dir: Path,
+    ) -> tuple[list[_Work], list[tuple[bytes, VerdictWrite]]]:
+        """Rebuild each item's score requests; items that cannot be scored get verdicts."""
+        work: list[_Work] = []
+        done: list[tuple[bytes, VerdictWrite]] = []
+        for item in items:
+            entry = self._store.entry(item.origin, item.seq)
+            assert entry is not None, "a pending item's entry is stored"
+            record = decode_record(decode_envelope(entry.envelope))
+            v = self._verdict(entry, record, commitment, settings, item)
+            try:
+                requests, indices, retokenized = score_requests(
+                    record, commitment, model_dir, f"{item.origin}/{item.seq}"
+                )
+            except SamplingNotReproducibleError as exc:
+                v = unverifiable(v, exc.reason, exc.detail)
+                done.append((item.key, self._write(entry, record.record_id, v)))
+                continue
+            except TokensUnavailable as exc:
+                v = unverifiable(v, Reason.TOKENS_UNAVAILABLE, exc.reason)
+                done.append((item.key, self._write(entry, record.record_id, v)))
+                continue
+            work.append(_Work(item, entry, record, requests, indices, retokenized))
+        return work, done
+
+    def _run_batch(
+        self,
+        batch: Sequence[_Work],
+        commitment: Commitment,
+        settings: DifrSettings,
+        model_dir: Path,
+    ) -> list[tuple[bytes, VerdictWrite]]:
+        engine = self._pool.acquire(commitment, model_dir)
+        requests = [r for w in batch for r in w.requests]
+        scored = self._pool.score(
+            commitment.commitment_id, requests, commitment.sampler_profile, settings.delta_max
+        )
+        results = {r.request_id: r for r in scored.results}
+        rejected = {r.request_id: r.reason for r in scored.rejected}
+        cost = self._measure(
+            batch=batch,
+            commitment=commitment,
+            settings=settings,
+            engine=engine,
+            start_ns=scored.start_ns,
+            end_ns=scored.end_ns,
+        )
+        batch_tokens = max(
+            1, sum(len(r.prompt_token_ids) + len(r.output_token_ids) for r in requests)
+        )
+        out = []
+        for w in batch:
+            v = self._verdict(w.entry, w.record, commitment, settings, w.item)
+            v.engine_version = engine.version
+            v.retokenized = w.retokenized
+            v.attempts = w.item.attempts + 1
+            problems = [rejected[r.request_id] for r in w.requests if r.request_id in rejected]
+            if problems:
+                v = unverifiable(v, Reason.TOKENS_UNAVAILABLE, f"engine refused: {problems[0]}")
+            else:
+                _decide(v, [results[r.request_id] for r in w.requests], w.choice_indices, settings)
+                v.timings.batch_size = len(batch)
+                v.timings.queued_ns = max(0, scored.start_ns - w.item.enqueued_ns)
+            if cost is not None:
+                share = sum(len(r.prompt_token_ids) + len(r.output_token_ids) for r in w.requests)
+                v.cost.CopyFrom(cost)
+                v.cost.activity_seconds = cost.activity_seconds * share / batch_tokens
+            out.append((w.item.key, self._write(w.entry, w.record.record_id, v)))
+        return out
+
+    def _measure(
+        self,
+        *,
+        batch: Sequence[_Work],
+        commitment: Commitment,
+        settings: DifrSettings,
+        engine: EngineRef,
+        start_ns: int,
+        end_ns: int,
+    ) -> verifier_pb2.ComputeCost | None:
+        if self._meter is None:
+            return None
+        requests = [r for w in batch for r in w.requests]
+        measured = EngineBatch(
+            batch_id=uuid.uuid4().hex,
+            commitment_id=commitment.commitment_id,
+            engine=engine,
+            start_ns=start_ns,
+            end_ns=end_ns,
+            records=len(batch),
+            prompt_tokens=sum(len(r.prompt_token_ids) for r in requests),
+            completion_tokens=sum(len(r.output_token_ids) for r in requests),
+            sample_rate=settings.sample_rate,
+            traffic_start_ns=min(w.record.request_first_byte_ns for w in batch),
+            traffic_end_ns=max(w.record.response_last_byte_ns for w in batch),
+        )
+        try:
+            return self._meter.measure(measured)
+        except Exception:
+            log.exception("batch meter failed", extra={"batch_id": measured.batch_id})
+            return None
+
+    def _failed(
+        self, batch: Sequence[_Work], commitment: Commitment, settings: DifrSettings, error: str
+    ) -> tuple[list[tuple[bytes, VerdictWrite]], list[Retry]]:
+        """Reschedule the batch after an engine failure, or give up on records that
+        reached max_attempts."""
+        cfg = self._config.scheduler
+        now = self._clock()
+        done, retries = [], []
+        for w in batch:
+            failures = w.item.attempts + 1
+            if failures >= cfg.max_attempts:
+                v = self._verdict(w.entry, w.record, commitment, settings, w.item)
+                v.attempts = failures
+                v = unverifiable(v, Reason.ENGINE_ERROR, f"{failures} attempts; last: {error}")
+                done.append((w.item.key, self._write(w.entry, w.record.record_id, v)))
+            else:
+                delay = scheduler.retry_delay_ns(
+                    failures, initial_s=cfg.backoff_initial_s, maximum_s=cfg.backoff_max_s
+                )
+                retries.append(Retry(w.item.key, now + delay, error))
+        return done, retries
+
+    def _give_up(
+        self,
+        items: Sequence[PendingItem],
+        reason: Reason,
+        detail: str,
+        commitment: Commitment | None = None,
+    ) -> int:
+        done = []
+        for item in items:
+            entry = self._store.entry(item.origin, item.seq)
+            assert entry is not None, "a pending item's entry is stored"
+            record = decode_record(decode_envelope(entry.envelope))
+            v = base_verdict(
+                origin=entry.origin,
+                seq=entry.seq,
+                entry_hash=entry.entry_hash,
+                record_id=record.record_id,
+                model=record.api.model,
+                commitment_id=item.commitment_id,
+            )
+            if commitment is not None:
+                _describe(v, commitment, self.settings_for(commitment))
+            done.append(
+                (item.key, self._write(entry, record.record_id, unverifiable(v, reason, detail)))
+            )
+        return self._store.finish(done)
+
+    def _verdict(
+        self,
+        entry: StoredEntry,
+        record: record_pb2.InferenceRecord,
+        commitment: Commitment,
+        settings: DifrSettings,
+        item: PendingItem,
+    ) -> verifier_pb2.Verdict:
+        v = base_verdict(
+            origin=entry.origin,
+            seq=entry.seq,
+            entry_hash=entry.entry_hash,
+            record_id=record.record_id,
+            model=record.api.model,
+        )
+        _describe(v, commitment, settings)
+        v.attempts = item.attempts
+        return v
+
+
+def score_requests(
+    record: record_pb2.InferenceRecord, commitment: Commitment, model_dir: Path, prefix: str
+) -> tuple[tuple[ScoreRequest, ...], tuple[int, ...], bool]:
+    """One ScoreRequest per choice of ``record`` (ids ``prefix/choice index``), the
+    choices' API indices, and whether any token id was rebuilt from text.
+
+    Raises SamplingNotReproducibleError or TokensUnavailable."""
+    api = record.api
+    sampling = request_sampling(
+        api.sampling, commitment.generation_defaults, get_profile(commitment.sampler_profile)
+    )
+    tokens = reconstruct_tokens(record, model_dir)
+    # Each prompt of a request fans out into n children seeded seed + j.
+    n = api.sampling.n if api.sampling.HasField("n") and api.sampling.n > 0 else 1
+    requests = tuple(
+        ScoreRequest(
+            request_id=f"{prefix}/{c.index}",
+            prompt_token_ids=c.prompt_ids,
+            output_token_ids=c.output_ids,
+            sampling=sampling.for_choice(c.index % n, n),
+        )
+        for c in tokens.choices
+    )
+    return requests, tuple(c.index for c in tokens.choices), tokens.retokenized
+
+
+def _describe(v: verifier_pb2.Verdict, commitment: Commitment, settings: DifrSettings) -> None:
+    """The commitment fields every verdict about a committed model carries."""
+    v.commitment_id = commitment.commitment_id
+    v.sampler_profile = commitment.sampler_profile
+    v.engine = commitment.engine
+    v.settings.CopyFrom(settings.to_proto())
+
+
+def _decide(
+    v: verifier_pb2.Verdict,
+    results: Sequence[ScoreResult],
+    choice_indices: Sequence[int],
+    settings: DifrSettings,
+) -> None:
+    """PASS or FAIL on the worst choice's score."""
+    worst = max(range(len(results)), key=lambda i: results[i].difr.score)
+    difr = results[worst].difr
+    v.status = PASS if difr.passes(settings.threshold) else FAIL
+    v.score = difr.score
+    v.token_count = difr.n_tokens
+    v.exact_matches = difr.exact_matches
+    v.out_of_mask = difr.out_of_mask
+    v.margins_f16 = difr.margins_f16()
+    v.choice_index = choice_indices[worst]
+    v.timings.prefill_ns = sum(r.prefill_ns for r in results)
+    v.timings.scoring_ns = sum(r.scoring_ns for r in results)
