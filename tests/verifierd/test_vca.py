@@ -3,6 +3,7 @@ vca` command end to end on CPU (a real process tree metered by a real prover met
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import json
 import re
@@ -17,7 +18,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from verifierd.cli import main
+from tests.verifierd.prover_meter_process import prover_meter
+from verifierd.commands import vca as vca_command
 from verifierd.commands.vca import format_report, parse_time
 from verifierd.cost_log import BatchCost, CostLog
 from verifierd.meter.readings import Method
@@ -211,6 +213,16 @@ def test_any_text_is_a_time_or_a_value_error(text: str) -> None:
 
 # -- end to end on CPU --------------------------------------------------------------------
 
+
+def main(argv: list[str]) -> int:
+    """`verifierd ARGV` for the vca command (without importing every other command)."""
+    parser = argparse.ArgumentParser(prog="verifierd")
+    vca_command.register(parser.add_subparsers())
+    args = parser.parse_args(argv)
+    code: int = args.func(args)
+    return code
+
+
 BURNER = """
 import sys, time
 for line in sys.stdin:
@@ -234,23 +246,10 @@ def cpu_prover() -> Iterator[subprocess.Popen[str]]:
 
 
 @pytest.fixture
-def prover_meter(cpu_prover: subprocess.Popen[str]) -> Iterator[str]:
+def meter_url(cpu_prover: subprocess.Popen[str]) -> Iterator[str]:
     """`verifierd prover-meter --pid` on the stand-in prover; yields its base URL."""
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "verifierd.cli", "prover-meter", "--pid", str(cpu_prover.pid),
-         "--listen", "127.0.0.1:0", "--interval", "0.05"],
-        stdout=subprocess.PIPE,
-        text=True,
-    )  # fmt: skip
-    assert proc.stdout is not None
-    line = proc.stdout.readline()
-    match = re.match(r"prover-meter: serving (http://\S+) \(cpu-seconds: pid\d+\)", line)
-    try:
-        assert match, f"unexpected first line {line!r}"
-        yield match.group(1)
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
+    with prover_meter(["--pid", str(cpu_prover.pid), "--interval", "0.05"]) as url:
+        yield url
 
 
 def burn(proc: subprocess.Popen[str], seconds: float) -> None:
@@ -263,7 +262,7 @@ def burn(proc: subprocess.Popen[str], seconds: float) -> None:
 def test_vca_command_on_cpu_traffic(
     tmp_path: Path,
     cpu_prover: subprocess.Popen[str],
-    prover_meter: str,
+    meter_url: str,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     # The prover generates 1000 tokens with 0.6 CPU-seconds; the verifier's engine spent 0.1
@@ -283,7 +282,7 @@ def test_vca_command_on_cpu_traffic(
         )
     code = main(
         ["vca", "--from", str(start - S), "--to", "now", "--state-dir", str(state),
-         "--prometheus", prover_meter, "--step", "0.05", "--json"]
+         "--prometheus", meter_url, "--step", "0.05", "--json"]
     )  # fmt: skip
     out = capsys.readouterr()
     assert code == 0, out.err
@@ -297,7 +296,7 @@ def test_vca_command_on_cpu_traffic(
     assert row["vca"] == pytest.approx(6.0, rel=0.25)
     code = main(
         ["vca", "--from", str(start - S), "--cost-log", str(state / "costs"),
-         "--prometheus", prover_meter]
+         "--prometheus", meter_url]
     )  # fmt: skip
     text = capsys.readouterr().out
     assert code == 0

@@ -9,7 +9,6 @@ known amount of CPU.
 
 from __future__ import annotations
 
-import re
 import subprocess
 import sys
 import time
@@ -22,6 +21,7 @@ from prometheus_client import CollectorRegistry, Gauge
 from veritap.metrics_http import serve_metrics
 
 from tests.verifierd.prometheus_server import PROMETHEUS, SCRAPE_INTERVAL_S, PrometheusServer
+from tests.verifierd.prover_meter_process import prover_meter
 from verifierd.metrics import VerifierMetrics
 from verifierd.vca import (
     DCGM_TENSOR_ACTIVE,
@@ -61,23 +61,10 @@ def burner() -> Iterator[subprocess.Popen[str]]:
 
 
 @pytest.fixture
-def prover_meter(burner: subprocess.Popen[str]) -> Iterator[str]:
+def meter_address(burner: subprocess.Popen[str]) -> Iterator[str]:
     """host:port of a prover meter following `burner`."""
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "verifierd.cli", "prover-meter", "--pid", str(burner.pid),
-         "--listen", "127.0.0.1:0"],
-        stdout=subprocess.PIPE,
-        text=True,
-    )  # fmt: skip
-    assert proc.stdout is not None
-    line = proc.stdout.readline()
-    match = re.match(r"prover-meter: serving http://(\S+) ", line)
-    try:
-        assert match, f"unexpected first line {line!r}"
-        yield match.group(1)
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
+    with prover_meter(["--pid", str(burner.pid)]) as url:
+        yield url.removeprefix("http://")
 
 
 def hostport(url: str) -> str:
@@ -85,7 +72,7 @@ def hostport(url: str) -> str:
 
 
 async def test_prometheus_scrapes_and_vca_reads_back(
-    tmp_path: Path, burner: subprocess.Popen[str], prover_meter: str
+    tmp_path: Path, burner: subprocess.Popen[str], meter_address: str
 ) -> None:
     verifier = VerifierMetrics()
     verifier.verdict_decided("c1", 1)
@@ -99,7 +86,7 @@ async def test_prometheus_scrapes_and_vca_reads_back(
     verifier_server = verifier.serve("127.0.0.1:0")
     dcgm_server = serve_metrics(dcgm_registry, "127.0.0.1:0")
     prometheus = PrometheusServer(
-        tmp_path, [hostport(verifier_server.url), hostport(dcgm_server.url), prover_meter]
+        tmp_path, [hostport(verifier_server.url), hostport(dcgm_server.url), meter_address]
     )
     try:
         prometheus.wait_ready()
