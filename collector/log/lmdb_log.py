@@ -325,7 +325,6 @@ class Log:
     def _committed(self, state: ChainState) -> None:
         """Called by the writer thread after each commit."""
         self._head = Head(state.seq, state.hash)
-        self._frontier = state.frontier
         self._checkpoint_size = state.checkpoint_size
 
     # --------------------------------------------------------------- appends

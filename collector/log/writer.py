@@ -7,11 +7,13 @@ frontier and, when one is due, signs a checkpoint: everything but the disk.
 The *writer* (the only thread that writes to LMDB) puts a prepared batch in
 one durable transaction, commits it and only then tells each caller its seq.
 
-The two overlap: while the writer waits for the disk, the sequencer prepares
-the next batch from the state the current one will leave. That state is
-speculative; if a commit fails, its callers get the error, the batch prepared
-after it is put back in the queue and the sequencer restarts from the last
-committed state (the generation counter tells it that its work went stale).
+The two overlap: while the writer waits for the disk, records queue up, and
+the sequencer seals the next batch as soon as it is full (`max_batch`
+records) or the writer falls idle, building it from the state the current
+one will leave. That state is speculative; if a commit fails, its callers get
+the error, the batch prepared after it is put back in the queue and the
+sequencer restarts from the last committed state (the generation counter
+tells it that its work went stale).
 
 Record ids already in the log, or in a batch not yet committed, are not stored
 again: the caller gets the existing seq.
@@ -172,7 +174,11 @@ class GroupCommitWriter:
         # Guards everything below.
         self._cond = threading.Condition()
         self._queue: deque[_Request | _Job] = deque()
+        # Records in the queue.
+        self._queued = 0
         self._closing = False
+        # The writer is committing a batch (or running a job).
+        self._writing = False
         self._slot: _Prepared | None = None
         self._generation = 0
         self._committed = state
@@ -218,6 +224,7 @@ class GroupCommitWriter:
             if self._closing:
                 raise LogClosedError("log is closed")
             self._queue.append(item)
+            self._queued += len(item.ids) if isinstance(item, _Request) else 0
             self._cond.notify_all()
         item.done.wait()
         if item.error is not None:
@@ -264,23 +271,29 @@ class GroupCommitWriter:
             self._queue.popleft()
             batch.append(item)
             count += len(item.ids)
+        self._queued -= count
         return batch
 
     def _sequence_loop(self) -> None:
         while True:
             with self._cond:
-                # Build the next batch only once the writer has taken the previous one: what
-                # queues up meanwhile joins it, which is what makes the batches large.
+                # Seal the next batch when it is full, or when the writer would otherwise sit
+                # idle; while the writer is busy what queues up joins the batch.
                 while True:
                     if self._finished:
                         return
                     wait = None
                     if self._slot is None:
-                        if self._queue or (self._closing and not self._last_published):
+                        if self._queue and (
+                            self._queued >= self._max_batch or not self._writing or self._closing
+                        ):
                             break
-                        wait = None if self._closing else self._checkpoint_wait()
-                        if wait is not None and wait <= 0:
+                        if self._closing and not self._queue and not self._last_published:
                             break
+                        if not self._closing and not self._writing:
+                            wait = self._checkpoint_wait()
+                            if wait is not None and wait <= 0:
+                                break
                     self._cond.wait(wait)
                 taken = self._take() if self._queue else []
                 last = self._closing and not self._queue
@@ -311,9 +324,7 @@ class GroupCommitWriter:
             while self._slot is not None and prepared.generation == self._generation:
                 self._cond.wait()
             if prepared.generation != self._generation:
-                self._queue.extendleft(reversed(prepared.requests))
-                if job is not None:
-                    self._queue.appendleft(job)
+                self._requeue(prepared)
                 return
             self._slot = prepared
             if prepared.job is None:
@@ -399,6 +410,13 @@ class GroupCommitWriter:
 
     # ------------------------------------------------------------- writer
 
+    def _requeue(self, prepared: _Prepared) -> None:
+        """Put a stale batch's work back at the head of the queue (caller holds the lock)."""
+        self._queue.extendleft(reversed(prepared.requests))
+        self._queued += sum(len(request.ids) for request in prepared.requests)
+        if prepared.job is not None:
+            self._queue.appendleft(prepared.job)
+
     def _write_loop(self) -> None:
         while True:
             with self._cond:
@@ -406,16 +424,22 @@ class GroupCommitWriter:
                     self._cond.wait()
                 prepared = self._slot
                 self._slot = None
+                self._writing = True
                 self._cond.notify_all()
-            if prepared.job is not None:
-                self._run_job(prepared.job)
-                continue
             try:
-                self._commit(prepared)
-            except BaseException as exc:
-                self._roll_back(prepared, exc)
-                if not prepared.last:
+                if prepared.job is not None:
+                    self._run_job(prepared.job)
                     continue
+                try:
+                    self._commit(prepared)
+                except BaseException as exc:
+                    self._roll_back(prepared, exc)
+                    if not prepared.last:
+                        continue
+            finally:
+                with self._cond:
+                    self._writing = False
+                    self._cond.notify_all()
             if prepared.last:
                 with self._cond:
                     self._finished = True
@@ -482,15 +506,14 @@ class GroupCommitWriter:
             stale = self._slot
             self._slot = None
             if stale is not None:
-                self._queue.extendleft(reversed(stale.requests))
-                if stale.job is not None:
-                    self._queue.appendleft(stale.job)
+                self._requeue(stale)
             if prepared.last:
                 # Closing, and the last batch failed: nothing may stay queued unanswered.
                 while self._queue:
                     item = self._queue.popleft()
                     item.error = LogClosedError("log closed after a failed commit")
                     item.done.set()
+                self._queued = 0
             self._cond.notify_all()
         for request in prepared.requests:
             request.error = exc

@@ -41,6 +41,7 @@ def open_log(
     checkpoint_every: int = 1000,
     checkpoint_interval_s: float = 1.0,
     map_size: int = 1 << 28,
+    max_batch: int = 1024,
 ) -> Log:
     return Log.open(
         path,
@@ -49,4 +50,5 @@ def open_log(
         checkpoint_every=checkpoint_every,
         checkpoint_interval_s=checkpoint_interval_s,
         map_size=map_size,
+        max_batch=max_batch,
     )

@@ -308,7 +308,8 @@ def test_a_failed_commit_fails_only_its_callers(
 
     monkeypatch.setattr(GroupCommitWriter, "_put", failing_put)
     outcomes: dict[int, list[int] | str] = {}
-    with open_log(tmp_path / "log", signer, checkpoint_every=7) as log:
+    # Small batches: the next one is sealed (full) while the poisoned one is committing.
+    with open_log(tmp_path / "log", signer, checkpoint_every=7, max_batch=6) as log:
 
         def worker(number: int) -> None:
             for i in range(number * 1000, number * 1000 + 30, 3):
