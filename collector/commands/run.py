@@ -15,6 +15,8 @@ from types import FrameType
 from veritap.signing import KeyFormatError, Signer
 from veritap.toml_section import ConfigError
 
+from appliance.sd_notify import Notifier
+from appliance.watchdog import Watchdog
 from collector.capture.errors import CaptureError
 from collector.capture.live import LiveCapture
 from collector.config import CollectorConfig, load_config
@@ -90,10 +92,13 @@ def run(args: argparse.Namespace) -> int:
     )
     pipeline = CapturePipeline(config, writer.put)
     started, cpu_started = time.perf_counter(), time.process_time()
+    notifier = Notifier.from_env()
     print(f"collector: capturing on {config.capture.interface}", file=sys.stderr, flush=True)
+    notifier.ready(status=f"capturing on {config.capture.interface}")
     try:
-        _capture_loop(config, capture, pipeline, writer, stop)
+        _capture_loop(config, capture, pipeline, writer, stop, watchdog=Watchdog.from_env(notifier))
     finally:
+        notifier.stopping(status="flushing flows into the log")
         pipeline.finish()
         writer.close()
         drops = capture.stats().drops
@@ -124,7 +129,10 @@ def _capture_loop(
     pipeline: CapturePipeline,
     writer: LogWriter,
     stop: threading.Event,
+    *,
+    watchdog: Watchdog,
 ) -> None:
+    """Read, decode and record until `stop`; pings the systemd watchdog from this loop."""
     linktype = capture.linktype
     frame = pipeline.frame
     next_stats = time.monotonic() + config.capture.stats_interval_s
@@ -134,6 +142,7 @@ def _capture_loop(
             frame(ts, linktype, data, vlans)
         if not frames:
             pipeline.advance(time.time_ns())
+        watchdog.tick()
         if time.monotonic() >= next_stats:
             next_stats = time.monotonic() + config.capture.stats_interval_s
             kernel = capture.stats()

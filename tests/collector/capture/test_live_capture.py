@@ -65,7 +65,9 @@ def wait_for_port(prefix: list[str], host: str, port: int, timeout: float = 20) 
     raise AssertionError(f"nothing listens on {host}:{port}")
 
 
-def start_collector(tmp_path: Path, interface: str, port: int) -> subprocess.Popen[str]:
+def start_collector(
+    tmp_path: Path, interface: str, port: int, env: dict[str, str] | None = None
+) -> subprocess.Popen[str]:
     key = tmp_path / "collector.key"
     if not key.exists():
         signer = Signer.generate("live.test/collector")
@@ -81,7 +83,7 @@ def start_collector(tmp_path: Path, interface: str, port: int) -> subprocess.Pop
     proc = subprocess.Popen(
         [sys.executable, "-m", "collector.cli", "run", "--config", str(config)],
         cwd=ROOT,
-        env=ENV,
+        env=env or ENV,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -156,14 +158,20 @@ def test_loopback_capture_with_collector_run(tmp_path: Path) -> None:
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
+    notify = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    notify.bind(str(tmp_path / "notify"))
+    notify.settimeout(30)
     try:
         wait_for_port([], "127.0.0.1", port)
-        collector = start_collector(tmp_path, "lo", port)
+        env = {**ENV, "NOTIFY_SOCKET": str(tmp_path / "notify")}
+        collector = start_collector(tmp_path, "lo", port, env)
         try:
+            assert b"READY=1" in notify.recv(4096)
             digests = run_client([], "127.0.0.1", port)
         finally:
             summary = stop_collector(collector)
     finally:
+        notify.close()
         server.terminate()
         server.wait(timeout=30)
     check_records(export(tmp_path / "log"), digests)
