@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import time
 from collections.abc import Sequence
@@ -20,7 +21,7 @@ from pathlib import Path
 
 from collector.ledger.errors import LedgerError, RetentionError
 
-_log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 _FORMAT = 1
 
 
@@ -38,7 +39,7 @@ class AckBook:
         self._acked = acked
         self._flush_interval_s = flush_interval_s
         self._dirty = False
-        self._flushed_at = 0.0
+        self._flushed_at = -math.inf  # the first acknowledgement is written at once
 
     @classmethod
     def load(cls, path: Path, *, flush_interval_s: float = 0.5) -> AckBook:
@@ -90,7 +91,7 @@ class AckBook:
             os.close(folder)
         self._dirty = False
         self._flushed_at = time.monotonic()
-        _log.debug("acknowledgements written", extra={"path": str(self.path)})
+        logger.debug("acknowledgements written", extra={"path": str(self.path)})
 
 
 def prune_limit(book: AckBook, verifiers: Sequence[str]) -> int | None:
