@@ -30,6 +30,7 @@ from collector.ledger.errors import LedgerError
 from collector.ledger.retention import AckBook
 from collector.ledger.service import LedgerServicer, StatsProvider
 from collector.log import Log
+from collector.metrics import METRICS, CollectorMetrics
 
 logger = logging.getLogger(__name__)
 
@@ -70,15 +71,19 @@ async def start_ledger_service(
     *,
     log_dir: Path,
     stats_provider: StatsProvider | None = None,
+    metrics: CollectorMetrics = METRICS,
 ) -> LedgerServer:
     """Serve `log` on `config.listen` in the running loop; returns once the port is bound.
 
     `log_dir` locates the acknowledgement book when `config.acks_file` is not set.
     `stats_provider` fills GetStatus's capture statistics (the capture daemon passes one).
+    Subscribers, streamed entries and their lag are counted in `metrics`.
     """
     book = AckBook.load(config.acks_path(log_dir))
     loop = asyncio.get_running_loop()
-    servicer = LedgerServicer(log, config, book, stats_provider, loop)
+    servicer = LedgerServicer(
+        log, config, book, stats_provider=stats_provider, loop=loop, metrics=metrics
+    )
     server = grpc.aio.server(
         options=[
             ("grpc.max_send_message_length", 16 << 20),

@@ -16,6 +16,7 @@ from collector.ledger.config import LedgerConfig
 from collector.ledger.retention import AckBook
 from collector.ledger.subscription import SubscribeRefusedError, Subscription, check_start
 from collector.log import Log, LogError
+from collector.metrics import CollectorMetrics
 
 logger = logging.getLogger(__name__)
 
@@ -39,10 +40,13 @@ class LedgerServicer(ledger_pb2_grpc.LedgerServiceServicer):
         log: Log,
         config: LedgerConfig,
         book: AckBook,
+        *,
         stats_provider: StatsProvider | None,
         loop: asyncio.AbstractEventLoop,
+        metrics: CollectorMetrics,
     ) -> None:
         self._log = log
+        self._metrics = metrics
         self._config = config
         self._book = book
         self._stats_provider = stats_provider
@@ -102,8 +106,11 @@ class LedgerServicer(ledger_pb2_grpc.LedgerServiceServicer):
                     f"verifier_id {start.verifier_id!r} is not a name in the client certificate "
                     f"({', '.join(sorted(names)) or 'none'})",
                 )
-        subscription = Subscription(self._log, self._config, self._book, start, requests)
+        subscription = Subscription(
+            self._log, self._config, self._book, start, requests=requests, metrics=self._metrics
+        )
         self._subscriptions.add(subscription)
+        self._metrics.subscribers.inc()
         logger.info(
             "subscription started",
             extra={"verifier_id": start.verifier_id, "from_seq": start.from_seq},
@@ -113,6 +120,7 @@ class LedgerServicer(ledger_pb2_grpc.LedgerServiceServicer):
                 yield response
         finally:
             self._subscriptions.discard(subscription)
+            self._metrics.subscribers.dec()
             logger.info(
                 "subscription ended",
                 extra={"verifier_id": start.verifier_id, "acked": subscription.state().acked_seq},

@@ -27,6 +27,7 @@ from collector.ledger.errors import AckError
 from collector.ledger.flow import SendWindow, plan_batches
 from collector.ledger.retention import AckBook
 from collector.log import Log, LogError, LogRangeError
+from collector.metrics import CollectorMetrics
 
 logger = logging.getLogger(__name__)
 
@@ -101,13 +102,18 @@ class Subscription:
         config: LedgerConfig,
         book: AckBook,
         start: ledger_pb2.SubscribeStart,
+        *,
         requests: AsyncIterator[ledger_pb2.SubscribeRequest],
+        metrics: CollectorMetrics,
     ) -> None:
         self._log = log
         self._config = config
         self._book = book
         self._requests = requests
         self.verifier_id = start.verifier_id
+        label = start.verifier_id or "anonymous"
+        self._streamed = metrics.streamed_entries.labels(subscriber=label)
+        self._lag = metrics.stream_lag.labels(subscriber=label)
         self._models = frozenset(start.models)
         window = start.window or config.default_window
         self._window = SendWindow(start.from_seq, min(window, config.max_window))
@@ -141,6 +147,7 @@ class Subscription:
                     raise AckError("only acknowledgements may follow the Start message")
                 if self._window.ack(request.ack.durable_seq) and self.verifier_id:
                     self._book.record(self.verifier_id, request.ack.durable_seq)
+                self._lag.set(max(0, self._log.head().seq - request.ack.durable_seq))
             except AckError as exc:
                 self._fail(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
                 return
@@ -212,6 +219,7 @@ class Subscription:
                 else:
                     entries.add(seq=seq, envelope=body)
             self._window.mark_sent(batch.last)
+            self._streamed.inc(batch.last - batch.first + 1)
             yield message
             if batch.checkpoint_after:
                 self._checkpoint_sent = batch.last

@@ -23,6 +23,7 @@ from collector.ledger.config import LedgerConfig
 from collector.ledger.errors import LedgerError
 from collector.ledger.server import LedgerServer, LedgerServiceThread, start_ledger_service
 from collector.log import Log
+from collector.metrics import CollectorMetrics
 from tests.ledger_fixtures import ORIGIN, append, open_log
 
 pytestmark = pytest.mark.timeout(60)
@@ -34,6 +35,7 @@ class Served:
     server: LedgerServer
     signer: Signer
     log_dir: Path
+    metrics: CollectorMetrics
 
     @property
     def address(self) -> str:
@@ -48,8 +50,9 @@ async def served(tmp_path: Path) -> AsyncIterator[Served]:
     for first, count in ((0, 50), (50, 50), (100, 20)):  # one transaction each: checkpoints 50, 100
         append(log, first, count, models=("model-a", "model-b"))
     config = LedgerConfig(listen="127.0.0.1:0", heartbeat_s=0.05, verifiers=("verifier-a",))
-    server = await start_ledger_service(log, config, log_dir=log_dir)
-    yield Served(log, server, signer, log_dir)
+    metrics = CollectorMetrics()
+    server = await start_ledger_service(log, config, log_dir=log_dir, metrics=metrics)
+    yield Served(log, server, signer, log_dir, metrics)
     await server.stop(0)
     log.close()
 
@@ -126,6 +129,8 @@ async def test_stream_is_complete_and_in_order_with_checkpoints_inline(served: S
     assert checkpoint_sizes[:2] == [50, 100]
     heartbeats = [r.heartbeat for r in sub.responses if r.HasField("heartbeat")]
     assert heartbeats and heartbeats[0].head_seq == 120
+    sample = served.metrics.registry.get_sample_value
+    assert sample("veritap_collector_streamed_entries_total", {"subscriber": "verifier-a"}) == 150
 
 
 async def test_a_time_driven_checkpoint_follows_once_the_stream_is_idle(tmp_path: Path) -> None:

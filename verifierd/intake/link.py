@@ -28,7 +28,7 @@ from verifierd.errors import VerifierdError
 from verifierd.intake.backoff import Backoff
 from verifierd.intake.chain import IntakeChain, ViolationError
 from verifierd.intake.frontier_file import FrontierFile, recover_chain
-from verifierd.metrics import VerifierMetrics
+from verifierd.metrics import METRICS, VerifierMetrics
 from verifierd.store import Store
 
 logger = logging.getLogger(__name__)
@@ -192,7 +192,7 @@ class CollectorLink:
         verifier_id: str,
         state_dir: Path,
         backoff: Backoff | None = None,
-        metrics: VerifierMetrics | None = None,
+        metrics: VerifierMetrics = METRICS,
     ) -> None:
         self._store = store
         self._metrics = metrics
@@ -222,8 +222,7 @@ class CollectorLink:
         )
 
     def _note_stored(self, seq: int) -> None:
-        if self._metrics is not None:
-            self._metrics.intake_entries.labels(self.origin).inc(seq - self.stored_seq)
+        self._metrics.intake_entries.labels(self.origin).inc(seq - self.stored_seq)
         self.stored_seq = seq
 
     def _channel(self) -> grpc.aio.Channel:
@@ -331,9 +330,8 @@ class CollectorLink:
                 elif kind == "heartbeat":
                     self.state = "streaming"
                     self.remote_head_seq = response.heartbeat.head_seq
-                    if self._metrics is not None:
-                        lag = max(0, self.remote_head_seq - self.stored_seq)
-                        self._metrics.intake_lag.labels(self.origin).set(lag)
+                    lag = max(0, self.remote_head_seq - self.stored_seq)
+                    self._metrics.intake_lag.labels(self.origin).set(lag)
         except ViolationError:
             ingester.close()
             await ingest_task
@@ -407,8 +405,7 @@ class CollectorLink:
         )
         self.stored_seq = cursor.seq
         self.set_alert_state(violation.reason)
-        if self._metrics is not None:
-            self._metrics.intake_alerts.labels(self.origin, violation.reason).inc()
+        self._metrics.intake_alerts.labels(self.origin, violation.reason).inc()
         logger.error(
             "intake stopped: the collector's log contradicts what was verified",
             extra={"origin": self.origin, "reason": violation.reason, "detail": violation.detail},

@@ -13,7 +13,7 @@ import logging
 
 from verifierd.config import Config
 from verifierd.intake.link import CollectorLink, LinkStatus, load_collector_key
-from verifierd.metrics import VerifierMetrics
+from verifierd.metrics import METRICS, VerifierMetrics
 from verifierd.store import Store
 
 logger = logging.getLogger(__name__)
@@ -22,9 +22,7 @@ logger = logging.getLogger(__name__)
 class Intake:
     name = "intake"
 
-    def __init__(
-        self, store: Store, config: Config, *, metrics: VerifierMetrics | None = None
-    ) -> None:
+    def __init__(self, store: Store, config: Config, *, metrics: VerifierMetrics = METRICS) -> None:
         self._store = store
         self.links = [
             CollectorLink(
