@@ -13,6 +13,7 @@ import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import grpc
@@ -32,6 +33,7 @@ from verifierd.config import CollectorConfig, Config
 from verifierd.intake import Intake
 from verifierd.intake.frontier_file import FrontierFile
 from verifierd.metrics import VerifierMetrics
+from verifierd.services.intake import create as create_service
 from verifierd.store import Store
 
 pytestmark = pytest.mark.timeout(90)
@@ -290,4 +292,23 @@ async def test_a_stream_that_contradicts_the_signed_roots_stops_intake(pair: Pai
     assert [c.tree_size for c in evidence.checkpoints] == [20, 40]
     assert [e.seq for e in evidence.entries] == list(range(21, 41))
     assert pair.stored() <= 40
+    log.close()
+
+
+async def test_the_daemon_runs_the_intake_as_a_service_when_collectors_are_configured(
+    pair: Pair,
+) -> None:
+    log = open_log(pair.root / "log", pair.signer)
+    append(log, 0, 10)
+    server = await pair.serve(log)
+    assert create_service(SimpleNamespace(config=Config(), store=pair.store)) is None  # type: ignore[arg-type]
+    context = SimpleNamespace(config=pair.config(server.port), store=pair.store)
+    service = create_service(context)  # type: ignore[arg-type]
+    assert service is not None and service.name == "intake"
+    await service.start()
+    try:
+        await wait_for(lambda: pair.stored() == 10, "the service to store the log")
+    finally:
+        await service.stop()
+    assert service.status()[0].state == "stopped"
     log.close()
