@@ -22,7 +22,7 @@ from typing import Any
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
-from veritap.tls import server_credentials
+from veritap.tls import TlsConfigError, require_tls_off_loopback, server_credentials
 from veritap.v1 import ledger_pb2, ledger_pb2_grpc
 
 from collector.ledger.config import LedgerConfig
@@ -79,6 +79,10 @@ async def start_ledger_service(
     `stats_provider` fills GetStatus's capture statistics (the capture daemon passes one).
     Subscribers, streamed entries and their lag are counted in `metrics`.
     """
+    try:
+        require_tls_off_loopback(config.listen, config.tls)
+    except TlsConfigError as exc:
+        raise LedgerError(str(exc)) from exc
     book = AckBook.load(config.acks_path(log_dir))
     loop = asyncio.get_running_loop()
     servicer = LedgerServicer(

@@ -329,6 +329,19 @@ def test_a_threaded_daemon_runs_the_service_on_its_own_loop(tmp_path: Path) -> N
     assert (status.head_seq, status.capture.packets) == (10, 42)
 
 
+async def test_plaintext_off_loopback_is_refused_even_when_configured_in_code(
+    tmp_path: Path,
+) -> None:
+    log = open_log(tmp_path / "log", Signer.generate(ORIGIN))
+    try:
+        with pytest.raises(LedgerError, match="loopback"):
+            await start_ledger_service(
+                log, LedgerConfig(listen="0.0.0.0:0"), log_dir=tmp_path / "log"
+            )
+    finally:
+        log.close()
+
+
 def test_a_port_in_use_is_an_error_at_start(tmp_path: Path) -> None:
     log = open_log(tmp_path / "log", Signer.generate(ORIGIN))
     first = LedgerServiceThread(log, LedgerConfig(listen="127.0.0.1:0"), log_dir=tmp_path / "log")
