@@ -332,20 +332,22 @@ class Store:
         def body(txn: lmdb.Transaction) -> None:
             cursor = self._cursor(txn, origin)
             seq, last_hash = cursor.seq, cursor.hash
+            prefix = origin.encode() + b"\x00"
+            entries_db, inbox_db = self._dbs["entries"], self._dbs["inbox"]
+            queued = 0
             for entry_seq, envelope, entry_hash in entries:
                 if entry_seq != seq + 1:
                     raise SequenceGapError(f"{origin}: got seq {entry_seq} after {seq}")
                 if len(entry_hash) != 32:
                     raise StoreError(f"{origin}/{entry_seq}: entry hash must be 32 bytes")
-                key = ekey(origin, entry_seq)
-                if not txn.put(
-                    key, entry_hash + envelope, overwrite=False, db=self._dbs["entries"]
-                ):
+                key = prefix + _U64.pack(entry_seq)
+                if not txn.put(key, entry_hash + envelope, overwrite=False, db=entries_db):
                     raise StoreError(f"{origin}/{entry_seq} already stored")
                 if envelope:
-                    txn.put(key, b"", db=self._dbs["inbox"])
-                    self._incr(txn, "inbox", 1)
+                    txn.put(key, b"", db=inbox_db)
+                    queued += 1
                 seq, last_hash = entry_seq, entry_hash
+            self._incr(txn, "inbox", queued)
             self._incr(txn, "entries", len(entries))
             kept = cursor.checkpoint
             if checkpoint is not None:
