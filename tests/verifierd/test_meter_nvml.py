@@ -19,7 +19,11 @@ from verifierd.meter.nvml_gpm import (
     ReplayGpmApi,
 )
 from verifierd.meter.nvml_recording import CallRecorder, CallScript, RecordedCall
-from verifierd.meter.nvml_utilization import ReplayUtilizationApi, UtilizationSampler
+from verifierd.meter.nvml_utilization import (
+    PynvmlUtilizationApi,
+    ReplayUtilizationApi,
+    UtilizationSampler,
+)
 from verifierd.meter.readings import Method, Reading
 from verifierd.meter.sampling import Meter
 from verifierd.meter.selection import MeterSettings, open_sampler
@@ -217,17 +221,40 @@ def test_real_gpm_sees_tensor_work() -> None:
     try:
         sampler = GpmSampler(api, gpus=[torch.cuda.current_device()])
     except MeterUnavailableError as exc:
+        api.close()
         pytest.skip(f"GPM unavailable here: {exc}")
     meter = Meter(sampler)
     a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+    b = a @ a  # cuBLAS initialised before the window opens
+    torch.cuda.synchronize()
     with meter:
+        time.sleep(0.5)  # two samples in hand, so readings cover the whole window
         start = time.time_ns()
-        for _ in range(400):
+        for _ in range(1500):  # about 2 s of dense bf16 products on an H100/H200
             b = a @ a
         torch.cuda.synchronize()
-        assert b.shape == a.shape
         end = time.time_ns()
         cost = meter.cost(start, end, meter.targets())
+    assert b.shape == a.shape
     assert cost.coverage > 0.8
     # 400 products of 8192^3 keep the tensor pipes busy for most of the window.
     assert cost.activity_seconds / cost.window_seconds > 0.3
+
+
+@pytest.mark.gpu
+def test_real_utilization_fallback_reads() -> None:
+    try:
+        api = PynvmlUtilizationApi()
+    except MeterUnavailableError as exc:
+        pytest.skip(f"no NVML on this host: {exc}")
+    sampler = UtilizationSampler(api)
+    try:
+        assert sampler.read() == []
+        time.sleep(0.2)
+        readings = sampler.read()
+    finally:
+        sampler.close()
+    assert [r.target for r in readings] == [f"gpu{i}" for i in sampler.gpus]
+    for reading in readings:
+        assert reading.activity is not None and 0.0 <= reading.activity <= 1.0
+        assert reading.end_ns - reading.start_ns >= 0.2e9  # the sleep between the reads
