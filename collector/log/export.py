@@ -45,10 +45,9 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from urllib.parse import urlsplit
 
-from google.protobuf.json_format import MessageToDict
 from veritap.envelope import decode_envelope, decode_record, entry_hash
 from veritap.v1 import record_pb2
 
@@ -71,9 +70,14 @@ def _sampling(params: record_pb2.SamplingParams) -> object:
             return parsed
         except json.JSONDecodeError:
             pass
-    typed = MessageToDict(params, preserving_proto_field_name=True)
-    typed.pop("params_json", None)
-    return typed
+    # No params_json (an older or partial record): the typed fields that were sent.
+    return {
+        field.name: list(value)
+        if isinstance(value, Sequence) and not isinstance(value, str)
+        else value
+        for field, value in params.ListFields()
+        if field.name != "params_json"
+    }
 
 
 def _token_ids(message: record_pb2.ApiView | record_pb2.Choice, field: str) -> list[int] | None:

@@ -124,7 +124,10 @@ def test_sampling_without_params_json_falls_back_to_the_typed_fields() -> None:
         record=record.SerializeToString(),
     )
     row = export.record_object(1, envelope)
-    assert row["sampling"] == {"temperature": 0.0, "max_tokens": "16", "stop": ["\n"]}
+    assert row["sampling"] == {"temperature": 0.0, "max_tokens": 16, "stop": ["\n"]}
+    assert '"sampling":{"temperature":0.0,"max_tokens":16,"stop":["\\n"]}' in next(
+        export.jsonl_lines([(1, envelope)])
+    )
 
 
 def test_every_quality_has_a_lowercase_name() -> None:
