@@ -68,9 +68,7 @@ def _sampler(args: argparse.Namespace) -> Sampler:
         counters: list[CpuCounter] = [ProcessTreeCounter(pid) for pid in args.pid]
         counters += [CgroupCounter(path) for path in args.cgroup]
         return CpuSampler(counters)
-    sampler, skipped = open_sampler(
-        MeterSettings(method=args.method, interval_s=args.interval, gpus=_gpus(args.gpus))
-    )
+    sampler, skipped = open_sampler(MeterSettings(method=args.method, gpus=_gpus(args.gpus)))
     if sampler.method is Method.CPU_SECONDS:
         sampler.close()
         reasons = "; ".join(skipped) or "CPU metering needs targets"

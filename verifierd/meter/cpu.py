@@ -206,9 +206,6 @@ class CpuSampler:
                 return target
         return self.add(ProcessTreeCounter(pid))
 
-    def watch_cgroup(self, path: Path) -> str:
-        return self.add(CgroupCounter(path))
-
     def unwatch(self, target: str) -> None:
         with self._lock:
             self._counters.pop(target, None)

@@ -24,10 +24,6 @@ class Method(enum.StrEnum):
     NVML_UTILIZATION = "nvml-utilization"
     CPU_SECONDS = "cpu-seconds"
 
-    @property
-    def is_gpu(self) -> bool:
-        return self is not Method.CPU_SECONDS
-
 
 def gpu_target(index: int) -> str:
     """The target name of GPU `index` (NVML device index)."""

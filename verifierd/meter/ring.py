@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import bisect
 import threading
-from collections.abc import Iterable
 
 from verifierd.meter.readings import Reading
 
@@ -39,10 +38,6 @@ class ReadingRing:
                 del ends[:cut]
                 del items[:cut]
             return True
-
-    def extend(self, readings: Iterable[Reading]) -> None:
-        for reading in readings:
-            self.add(reading)
 
     def window(self, target: str, start_ns: int, end_ns: int) -> list[Reading]:
         """The readings of `target` whose intervals overlap [start_ns, end_ns], in order."""

@@ -9,7 +9,6 @@ readings completed since its previous call. `Meter` calls it on a monotonic sche
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import threading
 import time
@@ -81,9 +80,6 @@ class Meter:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._callbacks: list[ReadingCallback] = []
-        self.ticks = 0
-        self.errors = 0
-        self.last_error: str | None = None
 
     @property
     def method(self) -> Method:
@@ -133,7 +129,6 @@ class Meter:
         """Sample now (the thread calls this; so may a caller that wants a sample at an edge)."""
         with self._tick_lock:
             readings = self._sampler.read()
-            self.ticks += 1
         for reading in readings:
             if not self._ring.add(reading):
                 log.warning("out-of-order reading dropped", extra={"target": reading.target})
@@ -152,9 +147,7 @@ class Meter:
         while not self._stop.is_set():
             try:
                 self.tick()
-            except Exception as exc:
-                self.errors += 1
-                self.last_error = repr(exc)
+            except Exception:
                 log.warning("meter tick failed", extra={"method": str(self.method)}, exc_info=True)
             next_tick += self._interval
             now = time.monotonic()
@@ -218,13 +211,3 @@ class Meter:
             dram_seconds=dram,
             covered_seconds=covered,
         )
-
-    async def cost_async(
-        self,
-        start_ns: int,
-        end_ns: int,
-        targets: Sequence[str],
-        wait_s: float | None = None,
-    ) -> WindowCost:
-        """`cost()` from a coroutine, without blocking the event loop while it waits."""
-        return await asyncio.to_thread(self.cost, start_ns, end_ns, targets, wait_s)

@@ -12,7 +12,7 @@ from verifierd.meter.errors import MeterUnavailableError
 from verifierd.meter.nvml_gpm import GpmSampler, PynvmlGpmApi
 from verifierd.meter.nvml_utilization import PynvmlUtilizationApi, UtilizationSampler
 from verifierd.meter.readings import Method
-from verifierd.meter.sampling import DEFAULT_CAPACITY, Meter, Sampler
+from verifierd.meter.sampling import Sampler
 
 log = logging.getLogger(__name__)
 
@@ -22,23 +22,18 @@ CHOICES: tuple[str, ...] = (AUTO, *(m.value for m in Method))
 
 @dataclass(frozen=True, slots=True)
 class MeterSettings:
-    """The [meter] section of a daemon's config.
+    """Which sampler to open.
 
     `method`: "auto" (GPM, else utilisation, else CPU-seconds), or one method by name, which is
-    then required. `gpus`: the NVML indices to sample (None: all). `interval_s`: the sampling
-    period (0.1 s = 10 Hz; GPM needs at least 0.1 s). `capacity`: readings kept per target.
+    then required. `gpus`: the NVML indices to sample (None: all).
     """
 
     method: str = AUTO
-    interval_s: float = 0.1
     gpus: tuple[int, ...] | None = None
-    capacity: int = DEFAULT_CAPACITY
 
     def __post_init__(self) -> None:
         if self.method not in CHOICES:
-            raise ValueError(f"meter.method must be one of {', '.join(CHOICES)}: {self.method!r}")
-        if self.interval_s <= 0:
-            raise ValueError(f"meter.interval_s must be positive: {self.interval_s}")
+            raise ValueError(f"meter method must be one of {', '.join(CHOICES)}: {self.method!r}")
 
 
 def _gpm(gpus: Sequence[int] | None) -> Sampler:
@@ -89,13 +84,3 @@ def open_sampler(settings: MeterSettings) -> tuple[Sampler, tuple[str, ...]]:
         return open_gpu_sampler(settings.gpus)
     except MeterUnavailableError as exc:
         return CpuSampler(), tuple(str(exc).split("; "))
-
-
-def open_meter(settings: MeterSettings) -> Meter:
-    """A Meter for `settings`, not yet started."""
-    sampler, _ = open_sampler(settings)
-    return Meter(
-        sampler,
-        interval_s=max(settings.interval_s, sampler.min_interval_s),
-        capacity=settings.capacity,
-    )
