@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 from safetensors.numpy import save_file
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from ulid import ULID
 from veritap.signing import KeyFormatError, Signer, Verifier
 from veritap.v1 import log_pb2, record_pb2, verifier_pb2
 
@@ -78,7 +79,9 @@ class Exchange:
 
     @property
     def record_id(self) -> str:
-        return f"01JN{self.index:022d}"
+        """A ULID for the request time, its random part fixed by the index."""
+        millis = (self.at_ns // 1_000_000).to_bytes(6, "big")
+        return str(ULID.from_bytes(millis + hashlib.sha256(b"%d" % self.index).digest()[:10]))
 
     @property
     def at_ns(self) -> int:

@@ -1,5 +1,6 @@
-"""Certificates for the VerifierService tests: one CA, verifierd's server certificate, an
-operator's and an admin's client certificates, and a rogue certificate naming the admin.
+"""Certificates for the VerifierService tests: one CA, the daemons' server certificate, an
+operator's and an admin's client certificates, verifierd's own client certificate (for its
+intake from collectors), and a rogue certificate naming the admin.
 
 The admin role is bound to a certificate subject, so the admin's certificate comes from
 the same CA as everyone else's and differs only in its subject (CN ``ops-admin``,
@@ -22,6 +23,8 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from veritap.tls import ClientTls, ServerTls
 
 OPERATOR_CN = "ops-operator"
+#: verifierd's name towards collectors (its intake's client certificate and verifier_id).
+VERIFIER_CN = "verifier-a"
 ADMIN_CN = "ops-admin"
 #: The admin's subject as gRPC reports it (RFC 4514, most specific first).
 ADMIN_SUBJECT = f"CN={ADMIN_CN},O=veritap"
@@ -39,6 +42,7 @@ class ServicePki:
     server: CertFiles
     operator: CertFiles
     admin: CertFiles
+    verifier: CertFiles
     rogue_admin: CertFiles
 
     def server_tls(self) -> ServerTls:
@@ -130,5 +134,6 @@ def write_service_pki(directory: Path) -> ServicePki:
         server=ca.issue(directory, "server", "localhost", server=True),
         operator=ca.issue(directory, "operator", OPERATOR_CN, server=False),
         admin=ca.issue(directory, "admin", ADMIN_CN, server=False),
+        verifier=ca.issue(directory, "verifier", VERIFIER_CN, server=False),
         rogue_admin=rogue.issue(directory, "rogue-admin", ADMIN_CN, server=False),
     )

@@ -1,0 +1,100 @@
+"""How the console writes times, ages, sizes, ids, statuses and scores: pure functions."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import math
+
+from veritap.v1 import record_pb2, verifier_pb2
+
+_STATUS_PREFIX = "VERDICT_STATUS_"
+_ENGINE_PREFIX = "ENGINE_STATE_"
+
+
+def utc_time(ns: int) -> str:
+    """``MM-DD HH:MM:SS`` in UTC ("—" for 0): the same on every operator's terminal."""
+    if ns <= 0:
+        return "—"
+    when = datetime.datetime.fromtimestamp(ns / 1e9, tz=datetime.UTC)
+    return when.strftime("%m-%d %H:%M:%S")
+
+
+def age(ns: int) -> str:
+    """A coarse age: "<1m", "12m", "3h05m", "2d04h"."""
+    minutes = max(0, ns) // 60_000_000_000
+    if minutes < 1:
+        return "<1m"
+    if minutes < 60:
+        return f"{minutes}m"
+    hours, minutes = divmod(minutes, 60)
+    if hours < 24:
+        return f"{hours}h{minutes:02d}m"
+    days, hours = divmod(hours, 24)
+    return f"{days}d{hours:02d}h"
+
+
+def size(n: int) -> str:
+    value = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if value < 1024 or unit == "GiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    raise AssertionError("unreachable")
+
+
+def count(n: int) -> str:
+    """Thousands separated by a thin space, so wide numbers stay readable."""
+    return f"{n:,}".replace(",", "\u2009")
+
+
+def short_id(hex_id: str, width: int = 12) -> str:
+    return hex_id[:width] if hex_id else "—"
+
+
+def status_name(status: verifier_pb2.VerdictStatus.ValueType) -> str:
+    """PASS, FAIL, UNVERIFIABLE, ... (from VerdictStatus)."""
+    return verifier_pb2.VerdictStatus.Name(status).removeprefix(_STATUS_PREFIX)
+
+
+def engine_state_name(state: verifier_pb2.EngineState.ValueType) -> str:
+    return verifier_pb2.EngineState.Name(state).removeprefix(_ENGINE_PREFIX)
+
+
+def score(verdict: verifier_pb2.Verdict) -> str:
+    """The DiFR score, or the reason when the record was not scored."""
+    if verdict.status in (verifier_pb2.VERDICT_STATUS_PASS, verifier_pb2.VERDICT_STATUS_FAIL):
+        return f"{verdict.score:.3f}"
+    return verdict.reason or "—"
+
+
+def rate(per_second: float) -> str:
+    if not math.isfinite(per_second):
+        return "—"
+    return f"{per_second:.1f}/s" if per_second < 100 else f"{per_second:.0f}/s"
+
+
+def settings_line(settings: verifier_pb2.DifrSettings) -> str:
+    return (
+        f"threshold {settings.threshold:g}  Δmax {settings.delta_max:g}  "
+        f"sample {settings.sample_rate:g}"
+    )
+
+
+def prompt_text(record: record_pb2.InferenceRecord) -> str:
+    """The request's prompt as a person reads it: chat messages one per paragraph."""
+    try:
+        prompt = json.loads(record.api.prompt_json) if record.api.prompt_json else ""
+    except json.JSONDecodeError:
+        return record.api.prompt_json
+    if isinstance(prompt, list) and all(isinstance(m, dict) for m in prompt):
+        parts = []
+        for message in prompt:
+            content = message.get("content", "")
+            if isinstance(content, list):  # content parts: keep the text ones
+                content = " ".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
+            parts.append(f"{message.get('role', '?')}: {content}")
+        return "\n".join(parts)
+    if isinstance(prompt, str):
+        return prompt
+    return json.dumps(prompt, ensure_ascii=False)

@@ -1,0 +1,1 @@
+"""Widgets the console's screens share."""

@@ -1,0 +1,16 @@
+"""A banner that appears while a daemon does not answer, and goes when it is back."""
+
+from __future__ import annotations
+
+from textual.widgets import Static
+
+
+class ConnectionBanner(Static):
+    """Shows the app's ``outage`` text; hidden while it is empty."""
+
+    def on_mount(self) -> None:
+        self.watch(self.app, "outage", self._show, init=True)
+
+    def _show(self, text: str) -> None:
+        self.update(text)
+        self.display = bool(text)

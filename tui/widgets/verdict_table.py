@@ -1,0 +1,93 @@
+"""A table of verdicts, newest first, that takes live verdicts as they arrive."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from rich.text import Text
+from veritap.v1 import verifier_pb2
+
+from tui import formats
+from tui.verdict_filter import VerdictFilterSpec
+from tui.widgets.keyed_table import OpenableTable, Row
+
+STATUS_STYLES = {
+    verifier_pb2.VERDICT_STATUS_PASS: "green",
+    verifier_pb2.VERDICT_STATUS_FAIL: "bold red",
+    verifier_pb2.VERDICT_STATUS_UNVERIFIABLE: "yellow",
+    verifier_pb2.VERDICT_STATUS_SKIPPED: "dim",
+    verifier_pb2.VERDICT_STATUS_ERROR: "magenta",
+    verifier_pb2.VERDICT_STATUS_PENDING: "cyan",
+}
+
+
+def status_text(status: verifier_pb2.VerdictStatus.ValueType) -> Text:
+    return Text(formats.status_name(status), style=STATUS_STYLES.get(status, ""))
+
+
+def verdict_key(verdict: verifier_pb2.Verdict) -> str:
+    return f"{verdict.origin}\x00{verdict.seq}"
+
+
+class VerdictTable(OpenableTable):
+    """Keeps at most ``limit`` verdicts (the newest) of those its spec accepts."""
+
+    def __init__(self, spec: VerdictFilterSpec, *, limit: int = 500, id: str | None = None):
+        super().__init__(id=id)
+        self.spec = spec
+        self.limit = limit
+        self._verdicts: dict[str, verifier_pb2.Verdict] = {}
+
+    def on_mount(self) -> None:
+        self.add_column("Decided (UTC)", width=14)
+        self.add_column("Status", width=12)
+        self.add_column("Score / why", width=12)
+        self.add_column("Model", width=10)
+        self.add_column("Record", width=18)
+
+    def replace(self, verdicts: Iterable[verifier_pb2.Verdict]) -> None:
+        self._verdicts = {verdict_key(v): v for v in verdicts if self.spec.accept(v)}
+        self._refill()
+
+    def add_live(self, verdict: verifier_pb2.Verdict) -> bool:
+        """Add a verdict from the live stream; returns whether the filter kept it."""
+        if not self.spec.accept(verdict):
+            return False
+        self._verdicts[verdict_key(verdict)] = verdict
+        self._refill()
+        return True
+
+    def verdict_at_cursor(self) -> verifier_pb2.Verdict | None:
+        key = self.current_key()
+        return None if key is None else self._verdicts.get(key)
+
+    @property
+    def shown(self) -> int:
+        return len(self._verdicts)
+
+    def _refill(self) -> None:
+        newest = sorted(
+            self._verdicts.items(),
+            key=lambda kv: (kv[1].decided_at_ns, kv[1].origin, kv[1].seq),
+            reverse=True,
+        )[: self.limit]
+        self._verdicts = dict(newest)
+        self.show_rows([_row(key, v) for key, v in newest])
+
+
+def _row(key: str, verdict: verifier_pb2.Verdict) -> Row:
+    score = formats.score(verdict)
+    over = (
+        verdict.status == verifier_pb2.VERDICT_STATUS_FAIL
+        or verdict.score > verdict.settings.threshold > 0
+    )
+    return (
+        key,
+        (
+            formats.utc_time(verdict.decided_at_ns),
+            status_text(verdict.status),
+            Text(score, style="bold red" if over else ""),
+            verdict.model,
+            verdict.record_id,
+        ),
+    )
