@@ -305,7 +305,7 @@ class VerifierServicer(verifier_pb2_grpc.VerifierServiceServicer):
             status = statuses.get(cid)
             if status is None:
                 info.state = verifier_pb2.ENGINE_STATE_UNLOADED
-                info.detail = "" if engines is not None else "no engine pool in this process"
+                info.detail = "" if engines is not None else "no engine pool"
                 continue
             info.state = verifier_pb2.EngineState.ValueType(status.state)
             info.memory_bytes = status.memory_bytes
