@@ -14,14 +14,17 @@ from types import FrameType
 
 from veritap.signing import KeyFormatError, Signer
 from veritap.toml_section import ConfigError
+from veritap.v1 import ledger_pb2
 
 from appliance.sd_notify import Notifier
 from appliance.watchdog import Watchdog
 from collector.capture.errors import CaptureError
-from collector.capture.live import LiveCapture
+from collector.capture.live import KernelStats, LiveCapture
 from collector.config import CollectorConfig, load_config
+from collector.ledger.errors import LedgerError
+from collector.ledger.server import LedgerServiceThread
 from collector.log import Log, LogError
-from collector.pipeline import CapturePipeline, LogWriter
+from collector.pipeline import CapturePipeline, LogWriter, PipelineSummary
 
 logger = logging.getLogger(__name__)
 READ_TIMEOUT_S = 0.2
@@ -91,14 +94,36 @@ def run(args: argparse.Namespace) -> int:
         log, batch_records=config.log.batch_records, batch_delay_s=config.log.batch_delay_s
     )
     pipeline = CapturePipeline(config, writer.put)
+    snapshot = CaptureSnapshot()
+    ledger = LedgerServiceThread(
+        log, config.ledger, log_dir=config.log.path, stats_provider=snapshot.get
+    )
+    try:
+        port = ledger.start()
+    except LedgerError as exc:
+        writer.close()
+        capture.close()
+        log.close()
+        print(f"collector run: {exc}", file=sys.stderr)
+        return 2
     started, cpu_started = time.perf_counter(), time.process_time()
     notifier = Notifier.from_env()
-    print(f"collector: capturing on {config.capture.interface}", file=sys.stderr, flush=True)
-    notifier.ready(status=f"capturing on {config.capture.interface}")
+    status = f"capturing on {config.capture.interface}; ledger on port {port}"
+    print(f"collector: {status}", file=sys.stderr, flush=True)
+    notifier.ready(status=status)
     try:
-        _capture_loop(config, capture, pipeline, writer, stop, watchdog=Watchdog.from_env(notifier))
+        _capture_loop(
+            config,
+            capture,
+            pipeline,
+            writer,
+            stop,
+            watchdog=Watchdog.from_env(notifier),
+            snapshot=snapshot,
+        )
     finally:
         notifier.stopping(status="flushing flows into the log")
+        ledger.stop()
         pipeline.finish()
         writer.close()
         drops = capture.stats().drops
@@ -131,6 +156,7 @@ def _capture_loop(
     stop: threading.Event,
     *,
     watchdog: Watchdog,
+    snapshot: CaptureSnapshot,
 ) -> None:
     """Read, decode and record until `stop`; pings the systemd watchdog from this loop."""
     linktype = capture.linktype
@@ -147,6 +173,7 @@ def _capture_loop(
             next_stats = time.monotonic() + config.capture.stats_interval_s
             kernel = capture.stats()
             summary = pipeline.summary(kernel_drops=kernel.drops)
+            snapshot.publish(summary, kernel, open_flows=pipeline.reassembler.open_flows)
             logger.info(
                 "capture stats",
                 extra={
@@ -160,3 +187,32 @@ def _capture_loop(
                     "internal_errors": summary.internal_errors,
                 },
             )
+
+
+class CaptureSnapshot:
+    """Capture counters for GetStatus, published by the capture loop at each stats interval.
+
+    The ledger service answers from its own thread; it reads the last published
+    message rather than the pipeline's live state.
+    """
+
+    def __init__(self) -> None:
+        self._stats = ledger_pb2.CaptureStats()
+
+    def publish(self, summary: PipelineSummary, kernel: KernelStats, *, open_flows: int) -> None:
+        r = summary.reassembly
+        self._stats = ledger_pb2.CaptureStats(
+            packets=summary.frames,
+            bytes=summary.captured_bytes,
+            kernel_drops=kernel.drops,
+            kernel_packets=kernel.packets,
+            flows_open=open_flows,
+            flows_total=r.flows_opened,
+            gaps=r.gaps,
+            memory_cap_hits=r.memory_cap_hits,
+            records_by_quality=summary.records_by_quality,
+            unknown_paths=summary.http.not_recorded,
+        )
+
+    def get(self) -> ledger_pb2.CaptureStats:
+        return self._stats
