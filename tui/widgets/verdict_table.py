@@ -29,6 +29,11 @@ def verdict_key(verdict: verifier_pb2.Verdict) -> str:
     return f"{verdict.origin}\x00{verdict.seq}"
 
 
+#: Live verdicts are shown in batches at most this often (a busy verifier decides hundreds
+#: a second; redrawing the table for each would starve the keyboard).
+LIVE_BATCH_S = 0.25
+
+
 class VerdictTable(OpenableTable):
     """Keeps at most ``limit`` verdicts (the newest) of those its spec accepts."""
 
@@ -37,6 +42,7 @@ class VerdictTable(OpenableTable):
         self.spec = spec
         self.limit = limit
         self._verdicts: dict[str, verifier_pb2.Verdict] = {}
+        self._refill_due = False
 
     def on_mount(self) -> None:
         self.add_column("Decided (UTC)", width=14)
@@ -54,7 +60,9 @@ class VerdictTable(OpenableTable):
         if not self.spec.accept(verdict):
             return False
         self._verdicts[verdict_key(verdict)] = verdict
-        self._refill()
+        if not self._refill_due:
+            self._refill_due = True
+            self.set_timer(LIVE_BATCH_S, self._refill)
         return True
 
     def verdict_at_cursor(self) -> verifier_pb2.Verdict | None:
@@ -63,9 +71,10 @@ class VerdictTable(OpenableTable):
 
     @property
     def shown(self) -> int:
-        return len(self._verdicts)
+        return min(len(self._verdicts), self.limit)
 
     def _refill(self) -> None:
+        self._refill_due = False
         newest = sorted(
             self._verdicts.items(),
             key=lambda kv: (kv[1].decided_at_ns, kv[1].origin, kv[1].seq),
