@@ -1,0 +1,106 @@
+"""What a sampler profile is: the rebuilt random noise of one prover sampler.
+
+A *sampler profile* names one exact way an engine turns (logits, seed) into a
+token. For Token-DiFR the verifier needs, per generated token, the noise the
+prover's sampler drew and the objective it maximised. A profile hands out one
+`NoiseStream` per response; the stream yields, for consecutive output
+positions, the sampler-space margin of the claimed token:
+
+    margin_t = max_j s_j - s_y        (s = the sampler's own argmax objective)
+
+computed with the same float operations the sampler used, so a claimed token
+that is exactly the sampler's argmax scores 0.0, not "about 0". For Gumbel-max
+samplers s_j = x_j + G_j with x the masked, temperature-scaled logits; for the
+exponential race s_j = log(p_j / q_j). The scorer (verifierd.difr) multiplies
+by the temperature, giving logit units: max_j(z_j + T*G_j) - (z_y + T*G_y).
+
+Noise width is always the model's logits dimension, never len(tokenizer).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import ClassVar
+
+import numpy as np
+import numpy.typing as npt
+import torch
+
+from verifierd.errors import VerifierdError
+
+CPU = torch.device("cpu")
+
+
+class SamplerError(VerifierdError):
+    """Base of sampler-profile errors."""
+
+
+class UnknownProfileError(SamplerError):
+    """No profile is registered under the name asked for."""
+
+
+class NotReproducibleError(SamplerError):
+    """The prover's noise cannot be rebuilt (no seed, or a greedy-only profile at T > 0)."""
+
+
+class StreamOrderError(SamplerError):
+    """A stateful noise stream was read out of order."""
+
+
+class NoiseStream(ABC):
+    """The noise of one response, read in order of output position.
+
+    Stateful streams (a torch.Generator replayed step by step) accept each row
+    range once, starting where the previous one stopped; stateless ones accept
+    any range. `gumbel` and `margins` read the same rows, so use one of them
+    per range.
+    """
+
+    def __init__(self, width: int) -> None:
+        if width < 1:
+            raise SamplerError("noise width must be positive")
+        self.width = width
+
+    @abstractmethod
+    def gumbel(self, start: int, stop: int) -> torch.Tensor:
+        """Gumbel values G for output positions [start, stop): float64 [stop-start, width]."""
+
+    def margins(self, x: torch.Tensor, claimed: torch.Tensor, start: int) -> torch.Tensor:
+        """Sampler-space margins of ``claimed`` for positions [start, start + len(x)).
+
+        ``x``: float32 [n, width] logits after temperature and the sampling mask
+        (-inf outside it); ``claimed``: int64 [n]. Returns float64 [n], >= 0,
+        +inf where the claimed token is outside the mask.
+        """
+        scores = x.to(torch.float64) + self.gumbel(start, start + x.shape[0]).to(x.device)
+        return margin_of(scores, claimed)
+
+
+class SamplerProfile(ABC):
+    """One prover sampler, rebuilt. Registered by `name` in verifierd.samplers."""
+
+    name: ClassVar[str]
+    #: Whether temperature > 0 can be verified (False for the greedy-only profile).
+    samples: ClassVar[bool] = True
+
+    @abstractmethod
+    def stream(self, seed: int, prompt_len: int, width: int, device: torch.device) -> NoiseStream:
+        """The noise stream of one response: ``seed`` is the request's sampling seed,
+        ``prompt_len`` its prompt length in tokens, ``width`` the logits dimension."""
+
+    def noise(
+        self, seed: int, prompt_len: int, n_tokens: int, width: int
+    ) -> npt.NDArray[np.float64] | None:
+        """Gumbel values G [n_tokens, width] (float64) of the first n_tokens output
+        positions, or None for a profile that draws no noise."""
+        rows = self.stream(seed, prompt_len, width, CPU).gumbel(0, n_tokens)
+        out: npt.NDArray[np.float64] = rows.numpy()
+        return out
+
+
+def margin_of(scores: torch.Tensor, claimed: torch.Tensor) -> torch.Tensor:
+    """max_j s_j - s_y per row in float64; +inf where s_y is -inf (outside the mask)."""
+    best = scores.max(dim=1).values
+    mine = scores.gather(1, claimed.view(-1, 1).to(scores.device)).view(-1)
+    out = best.to(torch.float64) - mine.to(torch.float64)
+    return torch.where(torch.isneginf(mine), torch.inf, out.clamp_min(0.0))
