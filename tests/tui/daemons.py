@@ -75,6 +75,7 @@ class Daemons:
         self.intake: Intake | None = None
         self.verifier: VerifierServer | None = None
         self.verifier_port = 0
+        self.ledger_port = 0
 
     # -- running coroutines in the daemons' loop ---------------------------------------
 
@@ -97,16 +98,8 @@ class Daemons:
         await asyncio.to_thread(
             log.append_many, [make_record(e, self.model.tokenizer) for e in EXCHANGES]
         )
-        self.ledger = await start_ledger_service(
-            log,
-            LedgerConfig(
-                listen="127.0.0.1:0",
-                tls=self.pki.server_tls(),
-                verifiers=(VERIFIER_CN,),
-                heartbeat_s=0.2,
-            ),
-            log_dir=log.path,
-        )
+        await self._start_ledger(0)
+        assert self.ledger is not None
         if not self._with_intake:
             await asyncio.to_thread(replay_into_store, self.store, self.model, self.signer)
             await self._start_verifier(0)
@@ -117,7 +110,7 @@ class Daemons:
             collectors=(
                 CollectorConfig(
                     origin=ORIGIN,
-                    address=f"localhost:{self.ledger.port}",
+                    address=f"localhost:{self.ledger_port}",
                     public_key=signer.verifier().key_string(),
                     ca_file=str(self.pki.ca),
                     cert_file=str(self.pki.verifier.cert),
@@ -134,6 +127,29 @@ class Daemons:
             await asyncio.sleep(0.05)
         await asyncio.to_thread(classify_inbox, self.store, self.model, self.signer)
         await self._start_verifier(0)
+
+    async def _start_ledger(self, port: int) -> None:
+        assert self.log is not None
+        self.ledger = await start_ledger_service(
+            self.log,
+            LedgerConfig(
+                listen=f"127.0.0.1:{port}",
+                tls=self.pki.server_tls(),
+                verifiers=(VERIFIER_CN,),
+                heartbeat_s=0.2,
+            ),
+            log_dir=self.log.path,
+        )
+        self.ledger_port = self.ledger.port
+
+    async def stop_collector(self) -> None:
+        """Take the collector's LedgerService away."""
+        assert self.ledger is not None
+        await self.acall(self.ledger.stop(0))
+        self.ledger = None
+
+    async def restart_collector(self) -> None:
+        await self.acall(self._start_ledger(self.ledger_port))
 
     def _streaming(self) -> bool:
         assert self.intake is not None
@@ -187,10 +203,9 @@ class Daemons:
 
     def client(self, who: CertFiles | None = None, *, timeout_s: float = 3.0) -> ConsoleClient:
         """A console client with the operator's certificate (or ``who``'s)."""
-        assert self.ledger is not None
         return ConsoleClient(
             Endpoint(VERIFIER_NAME, f"localhost:{self.verifier_port}"),
-            [Endpoint(COLLECTOR_NAME, f"localhost:{self.ledger.port}")],
+            [Endpoint(COLLECTOR_NAME, f"localhost:{self.ledger_port}")],
             tls=self.pki.client_tls(who or self.pki.operator),
             timeout_s=timeout_s,
         )

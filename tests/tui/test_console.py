@@ -232,3 +232,35 @@ async def test_a_banner_shows_while_verifierd_is_away_and_the_console_keeps_work
             pilot, lambda: verdicts.row_count == len(DECIDED) + 2, "the verdicts decided meanwhile"
         )
         assert {str(verdicts.get_row_at(i)[-1]) for i in range(2)} == set(decided)
+
+
+async def test_an_unreachable_collector_is_named_and_its_return_noticed(daemons: Daemons) -> None:
+    app = VeritapConsole(daemons.client(timeout_s=1.0), refresh_s=0.3)
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(pilot)
+        banner = app.screen.query_one(ConnectionBanner)
+        await daemons.stop_collector()
+        await until(pilot, lambda: banner.display, "the banner")
+        assert "edge-1 (UNAVAILABLE)" in shown_text(banner)
+        await until(
+            pilot, lambda: "unreachable" in cells(app, "#collectors")[0][1], "the collector row"
+        )
+        await daemons.restart_collector()
+        await until(pilot, lambda: not banner.display, "the banner to go", timeout_s=60)
+        await until(
+            pilot, lambda: cells(app, "#collectors")[0][3] == str(len(EXCHANGES)), "its head"
+        )
+
+
+async def test_a_queued_record_opens_from_the_pending_screen(daemons: Daemons) -> None:
+    queued = next(e for e in EXCHANGES if e.status == PENDING)
+    app = VeritapConsole(daemons.client(), refresh_s=3600)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("2")
+        await loaded(pilot)
+        await pilot.press("enter")
+        screen = await loaded(pilot)
+        assert isinstance(screen, RecordScreen)
+        assert screen.record_id == queued.record_id
+        assert "waiting for its engine" in shown_text(screen.query_one("#headline", Static))
+        assert "not decided yet" in shown_text(screen.query_one("#evidence", Static))

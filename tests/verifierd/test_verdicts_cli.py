@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import calendar
+import datetime
 import json
 import sys
 import time
@@ -18,6 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from veritap.v1 import log_pb2, record_pb2, verifier_pb2
 
 from tests.recorded_traffic import (
@@ -194,3 +198,19 @@ def test_statuses_and_times_parse_in_the_forms_people_type() -> None:
     assert parse_time("1740819600000000000") == 1_740_819_600_000_000_000
     with pytest.raises(argparse.ArgumentTypeError):
         parse_time("yesterday")
+
+
+@given(
+    when=st.datetimes(
+        min_value=datetime.datetime(1971, 1, 1),
+        max_value=datetime.datetime(2200, 1, 1),
+        timezones=st.just(datetime.UTC),
+    )
+)
+def test_an_iso_time_and_its_nanoseconds_parse_to_the_same_instant(
+    when: datetime.datetime,
+) -> None:
+    ns = (calendar.timegm(when.utctimetuple()) * 10**6 + when.microsecond) * 1000
+    assert parse_time(when.isoformat()) == ns
+    assert parse_time(when.replace(tzinfo=None).isoformat()) == ns
+    assert parse_time(str(ns)) == ns
