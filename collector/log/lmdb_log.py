@@ -65,6 +65,8 @@ READ_CHUNK = 256
 PRUNE_CHUNK = 10_000
 # Models whose by_model_time key prefix is kept ready.
 _MODEL_PREFIX_CACHE = 1024
+# Times a reader adopts a map another process grew before it gives up.
+_MAX_RESIZE_ADOPTIONS = 8
 
 
 @dataclass(frozen=True)
@@ -382,18 +384,22 @@ class Log:
     def _read(self) -> Iterator[lmdb.Transaction[bytes]]:
         if self._closed:
             raise LogClosedError("log is closed")
-        with self._gate.reading():
-            try:
-                txn = self._env.begin()
-            except lmdb.MapResizedError:
-                # Another process grew the map: adopt its size (no read is in flight here).
-                with self._gate.exclusive():
-                    self._env.set_mapsize(0)
-                txn = self._env.begin()
-            try:
-                yield txn
-            finally:
-                txn.abort()
+        for _ in range(_MAX_RESIZE_ADOPTIONS):
+            with self._gate.reading():
+                try:
+                    txn = self._env.begin()
+                except lmdb.MapResizedError:
+                    pass
+                else:
+                    try:
+                        yield txn
+                    finally:
+                        txn.abort()
+                    return
+            # Another process grew the map: adopt its size once no read of ours is in flight.
+            with self._gate.exclusive():
+                self._env.set_mapsize(0)
+        raise LogCorruptError("the map keeps growing faster than this reader can follow")
 
     def head(self) -> Head:
         """The last durable entry (read from disk for a read-only log)."""

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -366,3 +369,38 @@ def test_prune_between_concurrent_appends(tmp_path: Path, signer: Signer) -> Non
     report = audit_log(tmp_path / "log", signer.verifier())
     assert report.problem is None
     assert report.floor == 101
+
+
+READER = """
+import sys
+from pathlib import Path
+from collector.log import Log
+log = Log.open(Path(sys.argv[1]), origin=sys.argv[2], readonly=True, map_size=64 * 1024)
+print(log.head().seq, flush=True)
+sys.stdin.readline()
+head = log.head().seq
+entries = len(list(log.iter_entries(1)))
+print(head, log.record(head).record_id, entries, log.stats().map_size > 64 * 1024, flush=True)
+"""
+
+
+def test_a_reader_in_another_process_follows_map_growth(tmp_path: Path, signer: Signer) -> None:
+    path = tmp_path / "log"
+    with open_log(path, signer, map_size=64 * 1024) as log:
+        log.append(make_record(1))
+        reader = subprocess.Popen(
+            [sys.executable, "-c", READER, str(path), ORIGIN],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "PYTHONPATH": os.pathsep.join([".", "protos"])},
+        )
+        assert reader.stdout is not None
+        assert reader.stdout.readline().strip() == "1"
+        first = log.stats().map_size
+        for start in range(2, 200, 20):
+            log.append_many([make_record(i, body_size=3000) for i in range(start, start + 20)])
+        assert log.stats().map_size > first
+        out, _ = reader.communicate("go\n", timeout=60)
+    # The reader adopted the map the writer grew (MDB_MAP_RESIZED) and read on.
+    assert out.split() == ["201", make_record(201).record_id, "201", "True"]
