@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 import grpc
-import numpy as np
 from veritap.tls import ClientTls, channel_credentials, channel_options, require_tls_off_loopback
 from veritap.v1 import (
     ledger_pb2,
@@ -92,7 +91,7 @@ class RecordDetail:
     verdict: verifier_pb2.Verdict
     token_ids: tuple[int, ...]
     token_texts: tuple[str, ...]
-    #: Per-token DiFR margins (decoded from the verdict's float16 bytes).
+    #: Per-token DiFR margins, aligned with token_ids.
     margins: tuple[float, ...]
     tokens_note: str
     #: Key id of the verifier key that signed the verdict (b"" while pending).
@@ -100,10 +99,6 @@ class RecordDetail:
 
 
 HealthListener = Callable[[Health], None]
-
-
-def decode_margins(data: bytes) -> tuple[float, ...]:
-    return tuple(float(m) for m in np.frombuffer(data, dtype="<f2"))
 
 
 class ConsoleClient:
@@ -228,7 +223,7 @@ class ConsoleClient:
             verdict=found.verdict,
             token_ids=tuple(found.token_ids),
             token_texts=tuple(found.token_texts),
-            margins=decode_margins(found.verdict.margins_f16),
+            margins=tuple(found.margins),
             tokens_note=found.tokens_note,
             key_id=signed.signed.key_id,
         )

@@ -12,7 +12,6 @@ from veritap.v1 import record_pb2, verifier_pb2
 
 from tui import formats, heatmap
 from tui.app import banner_text, build_parser, client_from_args
-from tui.client import decode_margins
 from tui.settings_form import SettingsInputError, change_lines, parse_settings
 
 
@@ -61,11 +60,6 @@ def test_heat_text_keeps_the_response_and_styles_each_token() -> None:
         heatmap.STEPS[2].style,
         heatmap.STEPS[-1].style,
     ]
-
-
-def test_margins_decode_from_float16() -> None:
-    data = bytes.fromhex("0000003c0049")
-    assert decode_margins(data) == (0.0, 1.0, 10.0)
 
 
 @given(threshold=st.floats(-1, 5), delta_max=st.floats(-1, 20), rate=st.floats(-0.5, 1.5))

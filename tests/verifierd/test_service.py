@@ -316,6 +316,7 @@ async def test_get_record_aligns_token_ids_texts_and_margins(served: Served) -> 
         assert len(margins) == len(ids)
         expected = margins_for(exchange, len(ids)).astype(np.float16)
         assert np.array_equal(margins, expected)
+        assert list(response.margins) == [float(m) for m in expected]
         assert response.record.record_id == exchange.record_id
         assert response.record.api.choices[0].text == exchange.answer
         if exchange.token_ids:

@@ -18,6 +18,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import grpc
+import numpy as np
 from google.protobuf.message import DecodeError
 from veritap.v1 import log_pb2, record_pb2, verifier_pb2, verifier_pb2_grpc
 
@@ -221,6 +222,7 @@ class VerifierServicer(verifier_pb2_grpc.VerifierServiceServicer):
             token_ids=tokens.ids,
             token_texts=tokens.texts,
             tokens_note=tokens.note,
+            margins=np.frombuffer(verdict.margins_f16, dtype="<f2").astype(np.float32).tolist(),
         )
 
     async def ListPending(  # noqa: N802

@@ -499,6 +499,7 @@ class GetRecordResponse(_message.Message):
     TOKEN_IDS_FIELD_NUMBER: _builtins.int
     TOKEN_TEXTS_FIELD_NUMBER: _builtins.int
     TOKENS_NOTE_FIELD_NUMBER: _builtins.int
+    MARGINS_FIELD_NUMBER: _builtins.int
     tokens_note: _builtins.str
     """Why token_texts is empty or partial (e.g. the commitment's tokenizer is
     not in the weights cache); "" when every token has its text.
@@ -515,6 +516,12 @@ class GetRecordResponse(_message.Message):
 
     @_builtins.property
     def token_texts(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    @_builtins.property
+    def margins(self) -> _containers.RepeatedScalarFieldContainer[_builtins.float]:
+        """The verdict's per-token margins (its margins_f16, decoded), aligned with
+        token_ids.
+        """
+
     def __init__(
         self,
         *,
@@ -523,10 +530,11 @@ class GetRecordResponse(_message.Message):
         token_ids: _abc.Iterable[_builtins.int] | None = ...,
         token_texts: _abc.Iterable[_builtins.str] | None = ...,
         tokens_note: _builtins.str = ...,
+        margins: _abc.Iterable[_builtins.float] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["record", b"record", "verdict", b"verdict"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["record", b"record", "token_ids", b"token_ids", "token_texts", b"token_texts", "tokens_note", b"tokens_note", "verdict", b"verdict"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["margins", b"margins", "record", b"record", "token_ids", b"token_ids", "token_texts", b"token_texts", "tokens_note", b"tokens_note", "verdict", b"verdict"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
