@@ -53,7 +53,11 @@ JobFunction: TypeAlias = "Callable[[lmdb.Transaction[bytes]], int]"
 
 @dataclass
 class ChainState:
-    """Where the log stands after some batch: head, frontier and the last checkpoint."""
+    """Where the log stands after some batch: head, frontier and the last checkpoint.
+
+    Mutable on purpose: the sequencer builds each batch's state in place on its
+    own copy; once handed over, a state is never changed again.
+    """
 
     seq: int
     hash: bytes
