@@ -454,6 +454,8 @@ class GroupCommitWriter:
         state = prepared.state
         if prepared.rows or prepared.checkpoint is not None:
             self._with_growth(lambda txn: self._put(txn, prepared, state))
+        if prepared.checkpoint is not None:
+            self._clear_stale_readers()
         self._committed = state
         self._on_commit(state)
         with self._cond:
@@ -523,6 +525,17 @@ class GroupCommitWriter:
             request.error = exc
             request.done.set()
 
+    def _clear_stale_readers(self) -> None:
+        """Free reader slots of processes that died (a kill -9'd `collector serve`, say).
+
+        A dead reader's slot pins an old snapshot, so LMDB cannot reuse the pages
+        freed since and the file grows. Checked at open, at each checkpoint and
+        before growing the map.
+        """
+        stale = self._env.reader_check()
+        if stale:
+            logger.warning("cleared stale LMDB readers", extra={"count": stale})
+
     def _with_growth(self, fn: JobFunction) -> int:
         """Run `fn` in a write transaction, doubling the map and retrying while it is full."""
         for _ in range(_MAX_GROWTHS):
@@ -530,6 +543,7 @@ class GroupCommitWriter:
                 with self._env.begin(write=True) as txn:
                     return fn(txn)
             except lmdb.MapFullError:
+                self._clear_stale_readers()
                 with self._gate.exclusive():
                     old = self._env.info()["map_size"]
                     self._env.set_mapsize(old * 2)

@@ -404,3 +404,32 @@ def test_a_reader_in_another_process_follows_map_growth(tmp_path: Path, signer: 
         out, _ = reader.communicate("go\n", timeout=60)
     # The reader adopted the map the writer grew (MDB_MAP_RESIZED) and read on.
     assert out.split() == ["201", make_record(201).record_id, "201", "True"]
+
+
+HOLDER = """
+import sys, time
+import lmdb
+env = lmdb.open(sys.argv[1], readonly=True, max_dbs=8)
+txn = env.begin()
+print("reading", flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_killed_readers_slot_is_freed_at_the_next_checkpoint(
+    tmp_path: Path, signer: Signer, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "log"
+    with open_log(path, signer, checkpoint_every=1) as log:
+        log.append(make_record(1))
+        holder = subprocess.Popen(
+            [sys.executable, "-c", HOLDER, str(path)], stdout=subprocess.PIPE, text=True
+        )
+        assert holder.stdout is not None
+        assert holder.stdout.readline().strip() == "reading"
+        holder.kill()
+        holder.wait()
+        with caplog.at_level("WARNING", logger="collector.log.writer"):
+            log.append(make_record(2))
+        cleared = [r for r in caplog.records if r.getMessage() == "cleared stale LMDB readers"]
+        assert [r.count for r in cleared] == [1]  # type: ignore[attr-defined]
