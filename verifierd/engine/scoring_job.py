@@ -14,6 +14,7 @@ back as a tuple of plain values for the same reason.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -29,6 +30,8 @@ from verifierd.samplers import NoiseStream, get_profile
 
 #: Key of the job spec in SamplingParams.extra_args.
 JOB_KEY = "veritap_difr_job"
+
+log = logging.getLogger(__name__)
 
 ComputeLogits = Callable[[torch.Tensor], torch.Tensor | None]
 OutcomeTuple = tuple[str, bytes, str, int, int]
@@ -116,7 +119,13 @@ class JobOutcome:
 
 
 class ScoringJob:
-    """Scores one response incrementally from prefill chunks."""
+    """Scores one response incrementally from prefill chunks.
+
+    With tensor parallelism every rank runs the same job and ``compute_logits`` is
+    a collective (only the first rank gets the gathered logits), so the chunk loop
+    depends on positions only: every rank makes the same calls whatever happens
+    to the scoring, which only the rank holding logits does.
+    """
 
     def __init__(self, spec: JobSpec, width: int, device: torch.device) -> None:
         self.spec = spec
@@ -128,15 +137,19 @@ class ScoringJob:
         self._stream: NoiseStream | None = None
         self._width = width
         self._device = device
+        self._stopped = False
         self.error = ""
         self.scoring_ns = 0
         self.logits_ns = 0
+        #: Whether this rank receives logits (None until the first chunk).
+        self.holds_logits: bool | None = None
         if spec.prompt_len < 1 or spec.n_out < 0:
             self.error = "prompt must have at least one token"
+            self._stopped = True
 
     @property
     def done(self) -> bool:
-        return bool(self.error) or self._next >= self._end
+        return self._stopped or self._next >= self._end
 
     def feed(
         self,
@@ -154,28 +167,37 @@ class ScoringJob:
                 f"positions {self._next}..{first_pos - 1} were not computed "
                 "(prefix-cache hit inside the scored output)"
             )
+            self._stopped = True
             return
         lo = max(first_pos, self._next)
         hi = min(first_pos + hidden.shape[0], self._end)
-        if self._stream is None and lo < hi:
-            profile = get_profile(self.spec.profile)
-            self._stream = open_stream(
-                self._sampling, profile, self.spec.prompt_len, self._width, self._device
-            )
         for a in range(lo, hi, self.spec.chunk_rows):
             b = min(a + self.spec.chunk_rows, hi)
             t0 = time.perf_counter_ns()
             z = compute_logits(hidden[a - first_pos : b - first_pos])
             t1 = time.perf_counter_ns()
-            if z is None:
-                # Not the rank that holds the gathered logits (tensor parallel).
-                return
-            claimed = torch.tensor(token_ids[a + 1 : b + 1], dtype=torch.int64)
-            margins = token_margins(z, claimed, self._sampling, self._stream, a - self._first)
-            self._parts.append(margins.to("cpu"))
-            self.logits_ns += t1 - t0
-            self.scoring_ns += time.perf_counter_ns() - t1
             self._next = b
+            self.holds_logits = z is not None
+            if z is None or self.error:
+                continue
+            self.logits_ns += t1 - t0
+            try:
+                self._score(z, token_ids, a)
+            except Exception as exc:  # keep making the collective calls; report the job
+                log.exception("scoring job failed", extra={"job_id": self.spec.job_id})
+                self.error = f"scoring failed: {exc!r}"
+            self.scoring_ns += time.perf_counter_ns() - t1
+
+    def _score(self, z: torch.Tensor, token_ids: Sequence[int], a: int) -> None:
+        if self._stream is None and not self._sampling.is_greedy:
+            profile = get_profile(self.spec.profile)
+            self._stream = open_stream(
+                self._sampling, profile, self.spec.prompt_len, self._width, self._device
+            )
+        n = z.shape[0]
+        claimed = torch.tensor(token_ids[a + 1 : a + 1 + n], dtype=torch.int64)
+        margins = token_margins(z, claimed, self._sampling, self._stream, a - self._first)
+        self._parts.append(margins.to("cpu"))
 
     def outcome(self) -> JobOutcome:
         raw = torch.cat(self._parts) if self._parts else torch.zeros(0, dtype=torch.float64)

@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from verifierd.engine.scoring_job import JobSpec, OutcomeTuple, ScoringJob
+from verifierd.engine.scoring_job import JobSpec, OutcomeTuple, ScoringJob, ScoringJobError
 from verifierd.errors import VerifierdError
 
 log = logging.getLogger(__name__)
@@ -52,7 +52,11 @@ class PrefillScoringHook:
             state = runner.requests.get(req_id)
             if state is None or state.sampling_params is None:
                 continue
-            spec = JobSpec.from_extra(state.sampling_params.extra_args)
+            try:
+                spec = JobSpec.from_extra(state.sampling_params.extra_args)
+            except ScoringJobError:
+                log.exception("undecodable scoring job", extra={"request_id": req_id})
+                continue
             if spec is None:
                 continue
             job = self.jobs.get(spec.job_id)
@@ -63,16 +67,12 @@ class PrefillScoringHook:
             if job.done or start >= state.num_prompt_tokens:
                 continue
             offset = int(runner.query_start_loc.np[runner.input_batch.req_id_to_index[req_id]])
-            try:
-                job.feed(
-                    start,
-                    hidden_states[offset : offset + n_scheduled],
-                    state.prompt_token_ids,
-                    runner.model.compute_logits,
-                )
-            except Exception as exc:  # one bad job must not take the engine down
-                log.exception("scoring job failed", extra={"job_id": spec.job_id})
-                job.error = f"scoring failed: {exc!r}"
+            job.feed(
+                start,
+                hidden_states[offset : offset + n_scheduled],
+                state.prompt_token_ids,
+                runner.model.compute_logits,
+            )
         return self._original(hidden_states, num_scheduled_tokens)
 
 
@@ -102,6 +102,7 @@ class VeritapWorkerExtension:
         out: list[OutcomeTuple] = []
         for job_id in job_ids:
             job = hook.jobs.pop(job_id, None)
-            if job is not None and job.done:
+            # Ranks without the gathered logits (tensor parallel) have nothing to report.
+            if job is not None and job.done and job.holds_logits is not False:
                 out.append(job.outcome().to_tuple())
         return out
