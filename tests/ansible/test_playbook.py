@@ -232,6 +232,7 @@ def test_configs_load_with_the_daemons_loaders(applied: Applied) -> None:
     verifier = load_verifierd_config(applied.root("cray-xd670-01") / "etc/veritap/verifierd.toml")
     assert verifier.verifier_id == "cray-xd670-01"
     assert verifier.engines.gpu_indices == tuple(range(8))
+    assert verifier.service.admin_subjects == ("veritap-operator",)
     (pinned,) = verifier.collectors
     assert (pinned.origin, pinned.address) == ("veritap.example/tap-01", "192.0.2.11:7700")
 

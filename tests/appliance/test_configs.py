@@ -17,6 +17,7 @@ def test_verifierd_example_loads() -> None:
     )  # StateDirectory=veritap/verifierd
     assert config.engines.device == "cuda"
     assert config.service.cert_file == "/etc/veritap/tls/host.pem"
+    assert config.service.admin_subjects == ("veritap-operator",)
     (collector,) = config.collectors
     assert collector.public_key == "/etc/veritap/keys/collectors/tap-01.vkey"
 
