@@ -11,9 +11,12 @@ responses known to be honest, recomputed on the verifier's engine. Output:
 - **threshold**: the honest scores (mean margin clipped at Δmax) are computed,
   and the threshold is their (1 - target FPR) empirical quantile when the
   sample is large enough to resolve it (n ≥ 10 / FPR), otherwise their maximum;
-  either way multiplied by ``safety`` and never below ``min_threshold``, which
-  absorbs batch-dependent float rounding between the prover's and the
-  verifier's runs that a small sample may not show.
+  either way multiplied by ``safety`` and never below ``min_threshold``. When
+  reproduction is exact (every honest margin 0) the floor alone sets the
+  threshold: 1e-4 mean margin is orders above what float32 rounding between
+  differently batched runs can cause (a near-tie flipped by rounding scores
+  ~1e-6) and below a systematic deviation such as 8-bit weights (a few tokens
+  in 300 off by ~0.05 each, mean ~1e-3).
 
 The empirical false-positive rate of the chosen settings on the sample is
 reported with the resolution the sample size allows.
@@ -66,7 +69,7 @@ def calibrate(
     sample_rate: float,
     safety: float = 1.5,
     min_delta_max: float = 1.0,
-    min_threshold: float = 0.01,
+    min_threshold: float = 1e-4,
 ) -> Calibration:
     """Settings for a target false-positive rate from honest responses' raw margins."""
     if not 0 < target_fpr < 1:
