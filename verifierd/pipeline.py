@@ -158,8 +158,23 @@ class Pipeline:
         """Classify up to ``classify_batch`` inbox entries in one transaction."""
         entries = self._store.inbox(self._config.scheduler.classify_batch)
         if entries:
-            self._store.classify([self._classify(e) for e in entries])
+            self._store.classify([self._classify_or_close(e) for e in entries])
         return len(entries)
+
+    def _classify_or_close(self, entry: StoredEntry) -> Enqueue | VerdictWrite:
+        try:
+            return self._classify(entry)
+        except Exception as exc:
+            log.exception("classification failed", extra={"origin": entry.origin, "seq": entry.seq})
+            v = base_verdict(
+                origin=entry.origin,
+                seq=entry.seq,
+                entry_hash=entry.entry_hash,
+                record_id="",
+                model="",
+            )
+            detail = f"{type(exc).__name__}: {exc}"
+            return self._write(entry, "", unverifiable(v, Reason.INTERNAL_ERROR, detail))
 
     def _classify(self, entry: StoredEntry) -> Enqueue | VerdictWrite:
         try:
@@ -308,6 +323,11 @@ class Pipeline:
                 continue
             except TokensUnavailable as exc:
                 v = unverifiable(v, Reason.TOKENS_UNAVAILABLE, exc.reason)
+                done.append((item.key, self._write(entry, record.record_id, v)))
+                continue
+            except Exception as exc:
+                log.exception("request building failed", extra={"record_id": record.record_id})
+                v = unverifiable(v, Reason.INTERNAL_ERROR, f"{type(exc).__name__}: {exc}")
                 done.append((item.key, self._write(entry, record.record_id, v)))
                 continue
             work.append(_Work(item, entry, record, requests, indices, retokenized))

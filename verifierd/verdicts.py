@@ -53,6 +53,9 @@ class Reason(StrEnum):
     BAD_RECORD = "bad_record"
     #: Not selected by the commitment's sampling policy (SKIPPED).
     NOT_SAMPLED = "not_sampled"
+    #: verifierd itself failed on this record (a bug; the detail and the log say
+    #: what). The record is closed rather than stopping the daemon on it.
+    INTERNAL_ERROR = "internal_error"
 
 
 class VerdictSignatureError(VerifierdError):

@@ -17,6 +17,7 @@ from veritap.v1 import record_pb2, verifier_pb2
 from tests.verifierd.commitment_fixtures import commit, make_model_dir
 from tests.verifierd.engine_doubles import FACTORY
 from tests.verifierd.record_fixtures import Exchange, ingest
+from verifierd import pipeline as pipeline_module
 from verifierd.commitments import Commitment, CommitmentRegistry, DifrSettings, write_commitment
 from verifierd.config import parse_config
 from verifierd.engine.pool import EnginePool
@@ -170,3 +171,25 @@ def test_sample_rate_override_skips(rig: Rig) -> None:
     verdicts = rig.verdicts("edge")
     assert {(v.verdict.status, v.verdict.reason) for v in verdicts} == {(SKIPPED, "not_sampled")}
     assert rig.pool.status() == []
+
+
+def test_a_failure_on_one_record_closes_it_and_goes_on(
+    rig: Rig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real = pipeline_module.reconstruct_tokens
+
+    def flaky(record: record_pb2.InferenceRecord, model_dir: Path) -> object:
+        if record.record_id == "poison":
+            raise RuntimeError("bug")
+        return real(record, model_dir)
+
+    monkeypatch.setattr(pipeline_module, "reconstruct_tokens", flaky)
+    ingest(rig.store, "edge", [Exchange("poison"), Exchange("fine")])
+    rig.drain()
+    poison, fine = (v.verdict for v in rig.verdicts("edge"))
+    assert (poison.status, poison.reason, poison.detail) == (
+        UNVERIFIABLE,
+        "internal_error",
+        "RuntimeError: bug",
+    )
+    assert fine.status == PASS
