@@ -1,20 +1,21 @@
 """Durable appends/s of 4 KB records: the collector's Log vs raw py-lmdb vs file + fdatasync.
 
-All three store the same serialized InferenceRecords (about 4 KB each) in
-transactions of the same batch size, durable before the next batch starts:
+Every contender stores the same serialized InferenceRecords (4,096 bytes each)
+in durable transactions of the same number of records (--batch):
 
-* file:  os.write of the batch to an append-only file, then os.fdatasync.
-* lmdb:  one LMDB write transaction per batch, txn.put(seq, record, append=True),
-         LMDB's default sync and metasync on (the setting the Log uses).
-* log:   Log.append_many(batch) (envelope, hash chain, Merkle frontier, two indexes,
-         signed checkpoints every 1000 records or 1 s).
-* log x4: four threads calling Log.append(record) one at a time, group-committed
-         (informational: the batch size is whatever the writer gathers).
+* file:    os.write of the batch to an append-only file, then os.fdatasync.
+* lmdb:    one LMDB write transaction per batch, txn.put(seq, record, append=True),
+           LMDB's default sync and metasync on (the setting the Log uses).
+* log 1c:  one caller, Log.append_many(batch): envelope, hash chain, Merkle
+           frontier, two indexes, signed checkpoints every 1000 records or 1 s.
+* log Nc:  N callers (--callers) appending batch // 4 records at a time, the log
+           committing at most `batch` per transaction (max_batch): group commit.
 
-Rounds alternate the contenders so that machine noise hits them alike; the
-median round counts. Target: log >= 0.8x lmdb.
+Rounds rotate the contenders' order so that machine noise hits them alike;
+records/s is the median round and each ratio the median of the per-round
+ratios against lmdb. The result line is log Nc / lmdb; target 0.8.
 
-    python bench/ledger.py [--records 20000] [--batch 100] [--rounds 3]
+    python bench/ledger.py [--records 20000] [--batch 100] [--rounds 3] [--callers 8]
 """
 
 from __future__ import annotations
