@@ -14,6 +14,7 @@ Run on a GPU host with the CUDA build of vLLM (``bash bench/gpu_check.sh`` runs
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
@@ -21,7 +22,7 @@ import torch
 
 from verifierd.difr import apply_top_k_top_p, scaled_logits
 from verifierd.samplers import get_profile
-from verifierd.samplers.vllm_v2_hash import gumbel32, gumbel64
+from verifierd.samplers.vllm_v2_hash import VllmV2Hash, VllmV2HashFp64, gumbel32, gumbel64
 
 pytestmark = [
     pytest.mark.gpu,
@@ -112,7 +113,8 @@ def test_v2_sampled_tokens_score_zero(fp64: bool) -> None:
         is_drafting=False,
         use_fp64=fp64,
     )
-    profile = get_profile("vllm-v2-hash-fp64" if fp64 else "vllm-v2-hash")
+    # The full-row rebuild (no vLLM kernel inside the profile): an independent check.
+    profile = (VllmV2HashFp64 if fp64 else VllmV2Hash)(use_kernel=False)
     margins = []
     for i in range(n):
         t = float(temps[i])
@@ -122,6 +124,36 @@ def test_v2_sampled_tokens_score_zero(fp64: bool) -> None:
     exact = sum(m == 0.0 for m in margins) / n
     print(f"v2 gumbel_sample fp64={fp64}: exact {exact:.4f}, max margin {max(margins):.3g}")
     assert exact >= 0.99 and max(margins) < 1e-3
+
+
+@pytest.mark.parametrize("fp64", [False, True])
+def test_v2_kernel_margins_equal_the_full_rebuild(fp64: bool) -> None:
+    """The fast path (vLLM's kernel finds the argmax, our noise at two tokens) gives the
+    full-row rebuild's margins."""
+    _gumbel_module()
+    dev = torch.device("cuda")
+    width, n = 151936, 512
+    gen = torch.Generator(device=dev).manual_seed(4)
+    x = torch.randn(n, width, device=dev, generator=gen) * 3
+    x[::3, 1000:] = -torch.inf  # masked rows, as top-k/top-p leave them
+    claimed = torch.randint(0, 1000, (n,), device=dev, generator=gen)
+    fast_profile = (VllmV2HashFp64 if fp64 else VllmV2Hash)()
+    full_profile = (VllmV2HashFp64 if fp64 else VllmV2Hash)(use_kernel=False)
+    timings = []
+    for profile in (fast_profile, full_profile):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        m = profile.stream(77, 30, width, dev).margins(x, claimed, 5)
+        torch.cuda.synchronize()
+        timings.append((time.perf_counter() - t0, m))
+    (t_fast, fast), (t_full, full) = timings
+    print(
+        f"v2 margins fp64={fp64}: kernel path {t_fast * 1e3:.1f} ms, full rebuild "
+        f"{t_full * 1e3:.1f} ms for {n} rows x {width}"
+    )
+    same = fast == full
+    assert float(same.double().mean()) >= 0.99
+    assert float((fast - full).abs().max()) < 1e-3
 
 
 @pytest.mark.parametrize("fp64", [False, True])

@@ -194,7 +194,7 @@ def test_v2_noise_is_stateless_and_keyed_by_absolute_position() -> None:
     rows = a.gumbel(0, 10)
     assert torch.equal(a.gumbel(4, 7), rows[4:7])  # any subset, any order
     assert torch.equal(b.gumbel(0, 9), rows[1:])  # pos = prompt_len - 1 + t
-    assert not torch.equal(HashStream(8, 20, 300, CPU, False).gumbel(0, 10), rows)
+    assert not torch.equal(HashStream(8, 20, 300, CPU, fp64=False).gumbel(0, 10), rows)
 
 
 def test_greedy_profile_draws_nothing() -> None:

@@ -27,6 +27,8 @@ with vLLM's own kernel is checked on a GPU by tests/gpu/test_v2_hash_gpu.py.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 from verifierd.samplers.int_bits import MASK32, mul32, rotl32, shr64
@@ -102,36 +104,86 @@ def gumbel64(seed: int, pos: torch.Tensor, token: torch.Tensor) -> torch.Tensor:
     return -torch.log(-torch.log(uniform64(seed, pos, token)))
 
 
+GumbelSample = Callable[..., torch.Tensor]
+
+
+def triton_sampler() -> GumbelSample | None:
+    """vLLM's Model Runner V2 ``gumbel_sample`` when it can run here (CUDA + Triton)."""
+    if not torch.cuda.is_available():
+        return None
+    try:
+        from vllm.v1.worker.gpu.sample.gumbel import gumbel_sample
+    except ImportError:
+        return None
+    sampler: GumbelSample = gumbel_sample
+    return sampler
+
+
 class HashStream(NoiseStream):
-    """Stateless: position t of the response hashes pos = prompt_len - 1 + t."""
+    """Stateless: position t of the response hashes pos = prompt_len - 1 + t.
+
+    On a GPU with vLLM's V2 sampler at hand, `margins` lets vLLM's own Triton
+    kernel find the argmax (one fused pass, the prover's exact arithmetic) and
+    evaluates the rebuilt noise only at the argmax and the claimed token; the
+    full-row rebuild is the fallback and the reference the GPU tests compare with.
+    """
 
     def __init__(
-        self, seed: int, prompt_len: int, width: int, device: torch.device, fp64: bool
+        self,
+        seed: int,
+        prompt_len: int,
+        width: int,
+        device: torch.device,
+        *,
+        fp64: bool,
+        sampler: GumbelSample | None = None,
     ) -> None:
         super().__init__(width)
         self._seed = seed
         self._first_pos = prompt_len - 1
         self._device = device
         self._fp64 = fp64
+        self._sampler = sampler
+
+    def _positions(self, start: int, stop: int, device: torch.device) -> torch.Tensor:
+        return torch.arange(start, stop, dtype=torch.int64, device=device) + self._first_pos
+
+    def _noise_at(self, pos: torch.Tensor, token: torch.Tensor) -> torch.Tensor:
+        return (gumbel64 if self._fp64 else gumbel32)(self._seed, pos, token)
 
     def _noise(self, start: int, stop: int) -> torch.Tensor:
-        pos = torch.arange(start, stop, dtype=torch.int64, device=self._device)
-        pos = (pos + self._first_pos).view(-1, 1)
+        pos = self._positions(start, stop, self._device).view(-1, 1)
         token = torch.arange(self.width, dtype=torch.int64, device=self._device).view(1, -1)
-        if self._fp64:
-            return gumbel64(self._seed, pos, token)
-        return gumbel32(self._seed, pos, token)
+        return self._noise_at(pos, token)
 
     def gumbel(self, start: int, stop: int) -> torch.Tensor:
         return self._noise(start, stop).to(torch.float64)
 
     def margins(self, x: torch.Tensor, claimed: torch.Tensor, start: int) -> torch.Tensor:
-        g = self._noise(start, start + x.shape[0]).to(x.device)
-        scores = x.to(torch.float64 if self._fp64 else torch.float32) + g
-        claimed = claimed.to(torch.int64).view(-1, 1).to(scores.device)
-        best = scores.max(dim=1).values.to(torch.float64)
-        mine = scores.gather(1, claimed).view(-1).to(torch.float64)
-        return torch.where(torch.isneginf(mine), torch.inf, (best - mine).clamp_min(0.0))
+        dtype = torch.float64 if self._fp64 else torch.float32
+        claimed = claimed.to(torch.int64).view(-1).to(x.device)
+        if self._sampler is None or x.device.type != "cuda":
+            scores = x.to(dtype) + self._noise(start, start + x.shape[0]).to(x.device)
+            best = scores.max(dim=1).values.to(torch.float64)
+            mine = scores.gather(1, claimed.view(-1, 1)).view(-1).to(torch.float64)
+            return torch.where(torch.isneginf(mine), torch.inf, (best - mine).clamp_min(0.0))
+        n = x.shape[0]
+        pos = self._positions(start, start + n, x.device)
+        top = self._sampler(
+            x.to(torch.float32).contiguous(),
+            torch.zeros(n, dtype=torch.int32, device=x.device),  # every row: request 0
+            torch.ones(1, dtype=torch.float32, device=x.device),  # x is already scaled
+            torch.tensor([self._seed], dtype=torch.int64, device=x.device),
+            pos,
+            apply_temperature=False,
+            is_drafting=False,
+            use_fp64=self._fp64,
+        )
+        x_top = x.gather(1, top.view(-1, 1)).view(-1).to(dtype)
+        x_mine = x.gather(1, claimed.view(-1, 1)).view(-1).to(dtype)
+        s_top = (x_top + self._noise_at(pos, top)).to(torch.float64)
+        s_mine = (x_mine + self._noise_at(pos, claimed)).to(torch.float64)
+        return torch.where(torch.isneginf(x_mine), torch.inf, (s_top - s_mine).clamp_min(0.0))
 
 
 class VllmV2Hash(SamplerProfile):
@@ -140,8 +192,12 @@ class VllmV2Hash(SamplerProfile):
     name = "vllm-v2-hash"
     fp64 = False
 
+    def __init__(self, use_kernel: bool = True) -> None:
+        self._use_kernel = use_kernel
+
     def stream(self, seed: int, prompt_len: int, width: int, device: torch.device) -> NoiseStream:
-        return HashStream(seed, prompt_len, width, device, self.fp64)
+        sampler = triton_sampler() if self._use_kernel and device.type == "cuda" else None
+        return HashStream(seed, prompt_len, width, device, fp64=self.fp64, sampler=sampler)
 
 
 class VllmV2HashFp64(VllmV2Hash):
