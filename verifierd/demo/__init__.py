@@ -1,0 +1,1 @@
+"""`make demo`: the whole pair live on loopback, catching a dishonest prover."""

@@ -1,0 +1,153 @@
+"""The demo's API client: chat traffic of the kind veritap must verify.
+
+It sends OpenAI chat completions to a prover, streaming and not, seeded, with
+`return_token_ids`, and multi-turn (the second turn carries the first reply),
+so the captured records exercise every path of the collector and verifier.
+One request per prover is deliberately unseeded at T > 0: the verifier must
+mark it UNVERIFIABLE(no_seed) rather than guess.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+
+TOPICS = (
+    "the TCP three-way handshake",
+    "why hash chains make logs tamper-evident",
+    "how a passive network tap works",
+    "what an Ed25519 signature proves",
+    "how LMDB commits a transaction",
+    "why sampling seeds matter for reproducibility",
+)
+
+
+@dataclass(frozen=True)
+class ChatRequest:
+    """One request as the demo sends it."""
+
+    messages: tuple[tuple[str, str], ...]
+    temperature: float
+    seed: int | None
+    stream: bool
+    max_tokens: int
+    top_p: float = 1.0
+    top_k: int | None = None
+
+    def body(self, model: str) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "model": model,
+            "messages": [{"role": role, "content": text} for role, text in self.messages],
+            "temperature": self.temperature,
+            "top_p": self.top_p,
+            "max_tokens": self.max_tokens,
+            "stream": self.stream,
+            "return_token_ids": True,
+        }
+        if self.seed is not None:
+            body["seed"] = self.seed
+        if self.top_k is not None:
+            body["top_k"] = self.top_k
+        if self.stream:
+            body["stream_options"] = {"include_usage": True}
+        return body
+
+
+@dataclass
+class Exchange:
+    """What the client saw: the reply text, to build the next turn."""
+
+    request: ChatRequest
+    status: int
+    text: str = ""
+    errors: list[str] = field(default_factory=list)
+
+
+def first_turns(count: int, *, max_tokens: int, seed_base: int) -> list[ChatRequest]:
+    """`count` first-turn requests cycling through sampling settings."""
+    settings = (
+        (0.0, True, 1.0, None),
+        (0.7, False, 0.9, None),
+        (1.0, True, 1.0, 20),
+        (0.8, False, 0.95, 40),
+    )
+    requests = []
+    for i in range(count):
+        temperature, stream, top_p, top_k = settings[i % len(settings)]
+        topic = TOPICS[i % len(TOPICS)]
+        requests.append(
+            ChatRequest(
+                messages=(
+                    ("system", "You are a terse technical assistant."),
+                    ("user", f"Explain {topic} in two sentences."),
+                ),
+                temperature=temperature,
+                seed=seed_base + i,
+                stream=stream,
+                max_tokens=max_tokens,
+                top_p=top_p,
+                top_k=top_k,
+            )
+        )
+    return requests
+
+
+def second_turn(first: Exchange) -> ChatRequest:
+    """The follow-up of a conversation: same settings, the reply appended."""
+    previous = first.request
+    return ChatRequest(
+        messages=(
+            *previous.messages,
+            ("assistant", first.text),
+            ("user", "Now give one concrete example."),
+        ),
+        temperature=previous.temperature,
+        seed=None if previous.seed is None else previous.seed + 1000,
+        stream=not previous.stream,
+        max_tokens=previous.max_tokens,
+        top_p=previous.top_p,
+        top_k=previous.top_k,
+    )
+
+
+def unseeded(max_tokens: int) -> ChatRequest:
+    """A sampled request without a seed: not verifiable, and said so."""
+    return ChatRequest(
+        messages=(("user", "Name three network protocols."),),
+        temperature=0.9,
+        seed=None,
+        stream=False,
+        max_tokens=max_tokens,
+    )
+
+
+async def send(
+    session: aiohttp.ClientSession, base_url: str, model: str, request: ChatRequest
+) -> Exchange:
+    """POST one chat completion and collect its text (streamed or not)."""
+    url = f"{base_url}/v1/chat/completions"
+    async with session.post(url, json=request.body(model)) as response:
+        exchange = Exchange(request=request, status=response.status)
+        if response.status != 200:
+            exchange.errors.append(await response.text())
+            return exchange
+        if not request.stream:
+            payload = await response.json()
+            exchange.text = payload["choices"][0]["message"]["content"] or ""
+            return exchange
+        pieces: list[str] = []
+        async for raw_line in response.content:
+            line = raw_line.decode().strip()
+            if not line.startswith("data:"):
+                continue
+            data = line.removeprefix("data:").strip()
+            if data == "[DONE]":
+                break
+            chunk = json.loads(data)
+            for choice in chunk.get("choices", []):
+                pieces.append(choice.get("delta", {}).get("content") or "")
+        exchange.text = "".join(pieces)
+        return exchange
