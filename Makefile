@@ -17,7 +17,10 @@ TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 # ethtool and iproute2 (mirror-port simulation).
 APT_PACKAGES := tshark prometheus libsystemd-dev pkg-config ethtool iproute2 tcpdump
 PROTO_SRC := $(wildcard protos/veritap/v1/*.proto)
-PROTOC := $(PY) -m grpc_tools.protoc -I protos --python_out=OUT --grpc_python_out=OUT --mypy_out=OUT --mypy_grpc_out=OUT
+PROTOC := $(PY) -m grpc_tools.protoc -I protos \
+	--plugin=protoc-gen-mypy=$(VENV)/bin/protoc-gen-mypy \
+	--plugin=protoc-gen-mypy_grpc=$(VENV)/bin/protoc-gen-mypy_grpc \
+	--python_out=OUT --grpc_python_out=OUT --mypy_out=OUT --mypy_grpc_out=OUT
 
 .PHONY: help install system-deps test lint typecheck proto proto-check pytest demo bench clean
 
