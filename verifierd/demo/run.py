@@ -309,7 +309,8 @@ def run_demo(options: DemoOptions) -> list[VerdictRow]:
         _print_vca(verifierd, verifierd_config, started, ports)
         print(
             "\nOperator console on the running daemons:\n"
-            f"  .venv/bin/veritap-tui --verifier {address} --collector 127.0.0.1:{ports.ledger}"
+            f"  .venv/bin/veritap-tui --verifier {address} "
+            f"--collector {ORIGIN}=127.0.0.1:{ports.ledger}"
         )
         if options.keep_running:
             print("daemons keep running; Ctrl-C stops them")
