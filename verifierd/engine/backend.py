@@ -364,5 +364,5 @@ def _configure_environment(spec: EngineSpec) -> None:
     os.environ["VLLM_USE_V2_MODEL_RUNNER"] = "0"
     if spec.tensor_parallel_size == 1:
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
-    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(spec.cpu_kv_space_gib))
+    os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(spec.cpu_kv_space_gib)
     os.environ.setdefault("VLLM_CPU_NUM_OF_RESERVED_CPU", "0")
