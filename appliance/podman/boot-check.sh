@@ -157,9 +157,19 @@ else
   say "journal: entries present, none structured (the daemon did not call appliance.journal.setup_logging)"
 fi
 
-# 6. A hung daemon is restarted by the watchdog.
+# 6. The pings keep a live daemon running past WatchdogSec ...
 pid=$(show MainPID)
 restarts=$(show NRestarts)
+watchdog_us=$(inside systemd-analyze timespan "$(show WatchdogUSec)" | sed -n 's/^ *μs: *//p')
+watchdog_s=$((watchdog_us / 1000000))
+[ "$watchdog_s" -gt 0 ] || fail "the unit has no WatchdogSec"
+say "waiting $((watchdog_s + 10))s: longer than WatchdogSec=${watchdog_s}s"
+sleep $((watchdog_s + 10))
+[ "$(show MainPID)" = "$pid" ] && [ "$(show NRestarts)" = "$restarts" ] \
+  || fail "restarted although alive: the main loop does not send WATCHDOG=1"
+say "still PID $pid after ${watchdog_s}s: WATCHDOG=1 pings arrive"
+
+# ... and a hung one is killed and restarted.
 say "freezing the main process $pid (SIGSTOP)"
 inside systemctl kill --kill-whom=main --signal=SIGSTOP veritap-collector.service
 deadline=$((SECONDS + WATCHDOG_WAIT_S))
