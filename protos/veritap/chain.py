@@ -8,7 +8,13 @@ verify` and verifierd's intake use it.
 
 from __future__ import annotations
 
-from veritap.envelope import ZERO_HASH, EnvelopeError, decode_envelope, entry_hash
+from veritap.envelope import (
+    ZERO_HASH,
+    EnvelopeError,
+    EnvelopeMatcher,
+    decode_envelope,
+    entry_hash,
+)
 from veritap.merkle import Frontier
 from veritap.note import CheckpointBody, NoteError, open_checkpoint
 from veritap.signing import Verifier
@@ -59,6 +65,7 @@ class ChainVerifier:
         self.next_seq = next_seq
         self.head_hash = prev_hash
         self.frontier = frontier
+        self._matcher = EnvelopeMatcher(origin, verifier.key_id)
 
     @property
     def tree_size(self) -> int:
@@ -93,6 +100,22 @@ class ChainVerifier:
         self.head_hash = leaf
         self.next_seq = seq + 1
         return entry
+
+    def link(self, seq: int, envelope: bytes) -> bytes:
+        """`add` without building the Entry: the same checks, returning the entry hash.
+
+        The usual envelope is recognized byte for byte (`EnvelopeMatcher`: seq, link,
+        origin, key id and canonical form at once); any other goes through `add`, which
+        decodes it and raises the precise error, or accepts a valid but unusual one.
+        """
+        if seq != self.next_seq or not self._matcher.matches(envelope, seq, self.head_hash):
+            self.add(seq, envelope)
+            return self.head_hash
+        leaf = entry_hash(envelope)
+        self.frontier.append(leaf)
+        self.head_hash = leaf
+        self.next_seq = seq + 1
+        return leaf
 
     def check_checkpoint(self, checkpoint: log_pb2.Checkpoint) -> CheckpointBody:
         """Verify a checkpoint for the entries taken so far (its tree size must be that count)."""

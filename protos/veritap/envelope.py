@@ -14,6 +14,7 @@ cost. Consumers must hash the bytes they received, never a re-serialization.
 from __future__ import annotations
 
 import hashlib
+import re
 
 from google.protobuf.message import DecodeError
 
@@ -121,9 +122,58 @@ def encode_envelope(
     return EnvelopeEncoder(origin, key_id).encode(seq, prev_hash, captured_at_ns, record)
 
 
+_LEAF_PREFIX_STATE = hashlib.sha256(b"\x00")
+
+
 def entry_hash(envelope: bytes) -> bytes:
     """SHA-256(0x00 || envelope): the entry's chain link and Merkle leaf hash."""
-    return hashlib.sha256(b"\x00" + envelope).digest()
+    h = _LEAF_PREFIX_STATE.copy()  # no 0x00 + envelope copy of a 4 KB envelope
+    h.update(envelope)
+    return h.digest()
+
+
+# Field 3 (captured_at_ns) as protobuf writes it, when present: a minimal, non-zero varint
+# below 2^64.
+_STAMP_FIELD = rb"(?:\x18(?:[\x80-\xff]{0,8}[\x01-\x7f]|[\x80-\xff]{9}\x01))?"
+# The tag and length varint of field 6 (record), when present; the length is checked by
+# re-encoding it.
+_RECORD_HEAD = rb"(?:\x32([\x80-\xff]{0,4}[\x00-\x7f]))?"
+
+
+class EnvelopeMatcher:
+    """Recognizes, without decoding, the exact bytes a log of (origin, key id) writes.
+
+    `matches(data, seq, prev_hash)` is true only when `data` is the canonical
+    serialization of an Entry with that seq, prev_hash, origin and key id, any
+    captured_at_ns and any record: what `decode_envelope` plus field comparisons
+    would accept, minus envelopes carrying unknown fields. False says nothing
+    more; callers decode to learn why.
+    """
+
+    __slots__ = ("_after_link",)
+
+    def __init__(self, origin: str, key_id: bytes) -> None:
+        fixed = _length_delimited(0x22, origin.encode()) + _length_delimited(0x2A, key_id)
+        # A key id no collector can write matches nothing (decoding then explains).
+        never = len(key_id) not in (0, KEY_ID_SIZE)
+        self._after_link = re.compile(
+            rb"(?!)" if never else _STAMP_FIELD + re.escape(fixed) + _RECORD_HEAD
+        )
+
+    def matches(self, data: bytes, seq: int, prev_hash: bytes) -> bool:
+        if not 0 < seq <= _MAX_U64 or len(prev_hash) != HASH_SIZE:
+            return False
+        head = b"\x08" + varint(seq) + b"\x12\x20" + prev_hash
+        if not data.startswith(head):
+            return False
+        rest = self._after_link.match(data, len(head))
+        if rest is None:
+            return False
+        length = rest.group(1)
+        if length is None:
+            return rest.end() == len(data)
+        record_size = len(data) - rest.end()
+        return record_size > 0 and length == varint(record_size)
 
 
 def decode_envelope(data: bytes) -> log_pb2.Entry:

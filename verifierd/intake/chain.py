@@ -96,7 +96,7 @@ class IntakeChain:
         """Check a batch of entries in order; returns (seq, envelope, entry hash) per entry,
         the form `Store.ingest` takes (an empty envelope for an entry filtered out)."""
         chain = self._chain
-        add = chain.add
+        link = chain.link
         kept = self._since_checkpoint
         out: list[tuple[int, bytes, bytes]] = []
         for streamed in batch:
@@ -109,11 +109,10 @@ class IntakeChain:
             if kind == "envelope":
                 data = streamed.envelope
                 try:
-                    add(seq, data)
+                    digest = link(seq, data)
                 except ChainError as exc:
                     reason = "bad_hash" if isinstance(exc, BrokenLinkError) else "bad_entry"
                     raise self._refuse(reason, str(exc), streamed) from exc
-                digest = chain.head_hash
             elif kind == "filtered_hash" and len(streamed.filtered_hash) == HASH_SIZE:
                 data = b""
                 digest = streamed.filtered_hash
