@@ -331,23 +331,38 @@ class Store:
 
         def body(txn: lmdb.Transaction) -> None:
             cursor = self._cursor(txn, origin)
-            seq, last_hash = cursor.seq, cursor.hash
+            seq = cursor.seq
+            seqs = [entry[0] for entry in entries]
+            if seqs != list(range(seq + 1, seq + 1 + len(seqs))) or any(
+                len(entry[2]) != 32 for entry in entries
+            ):
+                _refuse_batch(origin, seq, entries)
             prefix = origin.encode() + b"\x00"
+            pack = _U64.pack
+            keys = [prefix + pack(entry_seq) for entry_seq in seqs]
             entries_db, inbox_db = self._dbs["entries"], self._dbs["inbox"]
-            queued = 0
-            for entry_seq, envelope, entry_hash in entries:
-                if entry_seq != seq + 1:
-                    raise SequenceGapError(f"{origin}: got seq {entry_seq} after {seq}")
-                if len(entry_hash) != 32:
-                    raise StoreError(f"{origin}/{entry_seq}: entry hash must be 32 bytes")
-                key = prefix + _U64.pack(entry_seq)
-                if not txn.put(key, entry_hash + envelope, overwrite=False, db=entries_db):
-                    raise StoreError(f"{origin}/{entry_seq} already stored")
-                if envelope:
-                    txn.put(key, b"", db=inbox_db)
-                    queued += 1
-                seq, last_hash = entry_seq, entry_hash
-            self._incr(txn, "inbox", queued)
+            if keys:
+                # Nothing past the cursor may exist yet: one seek proves it for the batch.
+                cur = txn.cursor(db=entries_db)
+                if cur.set_range(keys[0]) and bytes(cur.key()) <= keys[-1]:
+                    raise StoreError(f"{origin}/{split_ekey(bytes(cur.key()))[1]} already stored")
+                stored = cur.putmulti(
+                    [
+                        (key, h + envelope)
+                        for key, (_, envelope, h) in zip(keys, entries, strict=True)
+                    ],
+                    overwrite=False,
+                )
+                if stored != (len(keys), len(keys)):
+                    raise StoreError(f"{origin}: entries past seq {seq} already stored")
+            queued = [key for key, entry in zip(keys, entries, strict=True) if entry[1]]
+            if queued:
+                txn.cursor(db=inbox_db).putmulti([(key, b"") for key in queued])
+            if entries:
+                seq, last_hash = seqs[-1], entries[-1][2]
+            else:
+                last_hash = cursor.hash
+            self._incr(txn, "inbox", len(queued))
             self._incr(txn, "entries", len(entries))
             kept = cursor.checkpoint
             if checkpoint is not None:
@@ -688,6 +703,16 @@ def _settings_json(settings: verifier_pb2.DifrSettings | None) -> dict[str, floa
         "delta_max": settings.delta_max,
         "sample_rate": settings.sample_rate,
     }
+
+
+def _refuse_batch(origin: str, seq: int, entries: Sequence[tuple[int, bytes, bytes]]) -> None:
+    """Raise the error for the first entry of a batch that does not continue ``seq``."""
+    for entry_seq, _, entry_hash in entries:
+        if entry_seq != seq + 1:
+            raise SequenceGapError(f"{origin}: got seq {entry_seq} after {seq}")
+        if len(entry_hash) != 32:
+            raise StoreError(f"{origin}/{entry_seq}: entry hash must be 32 bytes")
+        seq = entry_seq
 
 
 def _must(txn: lmdb.Transaction, key: bytes, db: Any) -> bytes:
