@@ -27,7 +27,7 @@ import pkgutil
 import signal
 import threading
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from veritap.signing import Signer
@@ -62,6 +62,9 @@ class DaemonContext:
     pipeline: Pipeline
     #: The verifier's signing key (services publish its public half).
     signer: Signer
+    #: Services started so far, in start order (modules in verifierd.services start by
+    #: name), so a later service can use an earlier one, e.g. the API reading intake status.
+    started: list[Service] = field(default_factory=list)
 
 
 class Service(Protocol):
@@ -130,7 +133,7 @@ class Daemon:
         scheduler = asyncio.create_task(
             asyncio.to_thread(context.pipeline.run, halt), name="scheduler"
         )
-        started: list[Service] = []
+        started = context.started
         try:
             for factory in self._factories:
                 service = factory(context)

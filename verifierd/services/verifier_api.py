@@ -1,14 +1,15 @@
 """The VerifierService (gRPC query and admin API) as one of the daemon's services.
 
 It serves the daemon's store, commitments and weights cache, and lends the engine pool
-to GetEngines. Its configuration is the [service] table (listen address, TLS files,
-admin_subjects).
+to GetEngines and the intake (started before it) to GetStats. Its configuration is the
+[service] table (listen address, TLS files, admin_subjects).
 """
 
 from __future__ import annotations
 
 from verifierd.api import ServiceSettings, ServiceSources, VerifierServer, start_verifier_service
 from verifierd.daemon import DaemonContext
+from verifierd.intake import Intake
 
 
 class VerifierApiService:
@@ -20,12 +21,13 @@ class VerifierApiService:
 
     async def start(self) -> None:
         context = self._context
+        intake = next((s for s in context.started if isinstance(s, Intake)), None)
         self._server = await start_verifier_service(
             context.store,
             context.registry,
             ServiceSettings.from_config(context.config.service),
             weights=context.weights,
-            sources=ServiceSources(engines=context.pool),
+            sources=ServiceSources(intake=intake, engines=context.pool),
         )
 
     async def stop(self) -> None:
