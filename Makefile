@@ -14,8 +14,9 @@ TORCH := torch==2.13.0+cpu
 TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 # Debian packages the tests use: tshark (capture benchmark), prometheus
 # (metrics scrape test), libsystemd-dev + pkg-config (systemd-python),
-# ethtool and iproute2 (mirror-port simulation).
-APT_PACKAGES := tshark prometheus libsystemd-dev pkg-config ethtool iproute2 tcpdump
+# ethtool and iproute2 (mirror-port simulation), systemd (systemd-analyze and
+# systemd-sysusers for the unit and playbook checks).
+APT_PACKAGES := systemd tshark prometheus libsystemd-dev pkg-config ethtool iproute2 tcpdump
 PROTO_SRC := $(wildcard protos/veritap/v1/*.proto)
 PROTOC := $(PY) -m grpc_tools.protoc -I protos \
 	--plugin=protoc-gen-mypy=$(VENV)/bin/protoc-gen-mypy \

@@ -14,6 +14,7 @@ import pkgutil
 import sys
 from collections.abc import Sequence
 
+from appliance.journal import setup_logging
 from collector import commands
 
 
@@ -34,7 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     level = logging.WARNING - 10 * min(args.verbose, 2)
-    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    setup_logging("collector", level)
     code: int = args.func(args)
     return code
 
