@@ -2,7 +2,8 @@
 
 The store's cursor (last seq and hash, last verified checkpoint) is written in the same
 transaction as the entries; the frontier the intake needs to check the next checkpoint is
-not. It is saved beside the store after every ingest, atomically (write, rename), tagged
+not. It is saved beside the store after the first ingest of a session and then about once
+a second (see `link.FRONTIER_SAVE_S`), atomically (write, rename), tagged
 with the size and last hash it covers. On start the intake loads it and replays the
 stored entry hashes from there to the cursor; a missing, foreign or newer-than-the-store
 file falls back to replaying from seq 1. Losing the file therefore costs time, never
@@ -30,9 +31,12 @@ _MAGIC = b"veritap-frontier-1\n"
 class FrontierFile:
     def __init__(self, directory: Path, origin: str) -> None:
         self.path = directory / f"{quote(origin, safe='')}.frontier"
+        self._directory_made = False
 
     def save(self, last_hash: bytes, frontier: bytes) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        if not self._directory_made:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._directory_made = True
         tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
         tmp.write_bytes(_MAGIC + last_hash + frontier)
         tmp.replace(self.path)

@@ -33,6 +33,10 @@ from verifierd.store import Store
 
 logger = logging.getLogger(__name__)
 
+# Seconds between saves of the frontier file: a crash loses at most this much of it, which
+# only means replaying that many stored entry hashes on the next start (never correctness).
+FRONTIER_SAVE_S = 1.0
+
 # Status codes after which retrying cannot help: the collector's log contradicts ours.
 _VIOLATION_CODES = {
     grpc.StatusCode.FAILED_PRECONDITION,
@@ -123,6 +127,8 @@ class _Ingester:
         self._wake = asyncio.Event()
         self._closing = False
         self._in_flight: asyncio.Future[None] | None = None
+        # The first ingest of a session saves the frontier; later ones every FRONTIER_SAVE_S.
+        self._frontier_due = 0.0
 
     def add(self, entries: list[tuple[int, bytes, bytes]]) -> None:
         self._pending.extend(entries)
@@ -151,10 +157,10 @@ class _Ingester:
         self,
         entries: list[tuple[int, bytes, bytes]],
         checkpoint: log_pb2.Checkpoint | None,
-        frontier: bytes,
+        frontier: bytes | None,
     ) -> None:
         self._store.ingest(self._origin, entries, checkpoint=checkpoint)
-        if entries:
+        if entries and frontier is not None:
             self._frontier_file.save(entries[-1][2], frontier)
 
     async def run(self) -> None:
@@ -170,7 +176,11 @@ class _Ingester:
             checkpoint, self._checkpoint = self._checkpoint, None
             # Taken between two stream messages, so the chain stands exactly at entries[-1]
             # (a checkpoint arrives after its last entry, and may come alone).
-            frontier = self._chain.frontier_bytes()
+            frontier = None
+            now = time.monotonic()
+            if entries and now >= self._frontier_due:
+                frontier = self._chain.frontier_bytes()
+                self._frontier_due = now + FRONTIER_SAVE_S
             self._in_flight = loop.run_in_executor(
                 None, self._commit, entries, checkpoint, frontier
             )
