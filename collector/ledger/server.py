@@ -29,12 +29,44 @@ from collector.ledger.config import LedgerConfig
 from collector.ledger.errors import LedgerError
 from collector.ledger.retention import AckBook
 from collector.ledger.service import LedgerServicer, StatsProvider
+from collector.ledger.wire import serialize_response
 from collector.log import Log
 from collector.metrics import METRICS, CollectorMetrics
 
 logger = logging.getLogger(__name__)
 
 LEDGER_SERVICE_NAME = ledger_pb2.DESCRIPTOR.services_by_name["LedgerService"].full_name
+
+
+class _HandlerRecorder:
+    """Stands in for a server to take the handlers the generated code registers."""
+
+    def __init__(self) -> None:
+        self.handlers: dict[str, grpc.RpcMethodHandler[Any, Any]] = {}
+
+    def add_generic_rpc_handlers(self, handlers: object) -> None:
+        """The same handlers also come through add_registered_method_handlers."""
+
+    def add_registered_method_handlers(
+        self, service: str, handlers: dict[str, grpc.RpcMethodHandler[Any, Any]]
+    ) -> None:
+        self.handlers = dict(handlers)
+
+
+def _add_ledger_service(servicer: LedgerServicer, server: grpc.aio.Server) -> None:
+    """The generated LedgerService handlers, but Subscribe's serializer lets the batches
+    the subscription pre-serialized (`collector.ledger.wire`) through as they are."""
+    recorder = _HandlerRecorder()
+    ledger_pb2_grpc.add_LedgerServiceServicer_to_server(servicer, recorder)  # type: ignore[arg-type]
+    handlers = recorder.handlers
+    handlers["Subscribe"] = grpc.stream_stream_rpc_method_handler(
+        servicer.Subscribe,
+        request_deserializer=ledger_pb2.SubscribeRequest.FromString,
+        response_serializer=serialize_response,
+    )
+    server.add_generic_rpc_handlers(
+        (grpc.method_handlers_generic_handler(LEDGER_SERVICE_NAME, handlers),)
+    )
 
 
 class LedgerServer:
@@ -100,7 +132,7 @@ async def start_ledger_service(
             ("grpc.so_reuseport", 0),
         ]
     )
-    ledger_pb2_grpc.add_LedgerServiceServicer_to_server(servicer, server)
+    _add_ledger_service(servicer, server)
     # grpc_health's stubs lack its asyncio servicer.
     health_servicer = health.aio.HealthServicer()  # type: ignore[attr-defined]
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)

@@ -70,11 +70,12 @@ class LedgerServicer(ledger_pb2_grpc.LedgerServiceServicer):
         for subscription in self._subscriptions:
             subscription.wake()
 
-    async def Subscribe(  # noqa: N802 (the gRPC method name)
+    async def Subscribe(  # type: ignore[override]  # noqa: N802 (the gRPC method name)
         self,
         request_iterator: AsyncIterator[ledger_pb2.SubscribeRequest],
         context: grpc.aio.ServicerContext[Any, Any],
-    ) -> AsyncIterator[ledger_pb2.SubscribeResponse]:
+    ) -> AsyncIterator[ledger_pb2.SubscribeResponse | bytes]:
+        """Entry batches are yielded pre-serialized; see `server._add_ledger_service`."""
         requests = aiter(request_iterator)
         try:
             first = await anext(requests)

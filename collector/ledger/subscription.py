@@ -26,6 +26,7 @@ from collector.ledger.config import LedgerConfig
 from collector.ledger.errors import AckError
 from collector.ledger.flow import SendWindow, plan_batches
 from collector.ledger.retention import AckBook
+from collector.ledger.wire import encode_batch_response
 from collector.log import Log, LogError, LogRangeError
 from collector.metrics import CollectorMetrics
 
@@ -155,7 +156,8 @@ class Subscription:
         self._closed = True
         self._wake.set()
 
-    async def responses(self) -> AsyncIterator[ledger_pb2.SubscribeResponse]:
+    async def responses(self) -> AsyncIterator[ledger_pb2.SubscribeResponse | bytes]:
+        """Messages to send; entry batches come already serialized (see `wire`)."""
         reader = asyncio.create_task(self._read_acks())
         try:
             heartbeat_due = 0.0
@@ -192,7 +194,7 @@ class Subscription:
             if self.verifier_id:
                 self._book.flush()
 
-    def _range(self, first: int, last: int) -> Iterator[ledger_pb2.SubscribeResponse]:
+    def _range(self, first: int, last: int) -> Iterator[ledger_pb2.SubscribeResponse | bytes]:
         try:
             envelopes = [data for _, data in self._log.iter_entries(first, last)]
         except LogRangeError as exc:  # pruned under the stream (not held by retention)
@@ -210,14 +212,14 @@ class Subscription:
             max_entries=self._config.batch_entries,
             max_bytes=self._config.batch_bytes,
         ):
-            message = ledger_pb2.SubscribeResponse()
-            entries = message.batch.entries
+            parts: list[tuple[bool, bytes]] = []
             for seq in range(batch.first, batch.last + 1):
                 body = bodies[seq - first]
                 if body is None:
-                    entries.add(seq=seq, filtered_hash=entry_hash(envelopes[seq - first]))
+                    parts.append((True, entry_hash(envelopes[seq - first])))
                 else:
-                    entries.add(seq=seq, envelope=body)
+                    parts.append((False, body))
+            message = encode_batch_response(batch.first, parts)
             self._window.mark_sent(batch.last)
             self._streamed.inc(batch.last - batch.first + 1)
             yield message
