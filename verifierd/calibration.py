@@ -13,10 +13,13 @@ responses known to be honest, recomputed on the verifier's engine. Output:
   sample is large enough to resolve it (n ≥ 10 / FPR), otherwise their maximum;
   either way multiplied by ``safety`` and never below ``min_threshold``. When
   reproduction is exact (every honest margin 0) the floor alone sets the
-  threshold: 1e-4 mean margin is orders above what float32 rounding between
-  differently batched runs can cause (a near-tie flipped by rounding scores
-  ~1e-6) and below a systematic deviation such as 8-bit weights (a few tokens
-  in 300 off by ~0.05 each, mean ~1e-3).
+  threshold. float32 rounding between differently batched runs moves logits
+  by ~1e-5 or less, so a token it flips (both candidates within that distance
+  of each other: rare) scores at most about that, and in a response of a few
+  tokens or more stays under 1e-5; one token changed by a systematic deviation
+  (8-bit weights move logits by ~0.01) fails a response of up to a thousand
+  tokens. Token-DiFR sees only changed tokens: a response in which none
+  changed cannot be told from an honest one at any threshold.
 
 The empirical false-positive rate of the chosen settings on the sample is
 reported with the resolution the sample size allows.
@@ -69,7 +72,7 @@ def calibrate(
     sample_rate: float,
     safety: float = 1.5,
     min_delta_max: float = 1.0,
-    min_threshold: float = 1e-4,
+    min_threshold: float = 1e-5,
 ) -> Calibration:
     """Settings for a target false-positive rate from honest responses' raw margins."""
     if not 0 < target_fpr < 1:
