@@ -9,6 +9,7 @@ got 'soon'``). Relative paths are resolved against the directory of the file.
 from __future__ import annotations
 
 import math
+import re
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -16,6 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from verifierd.errors import VerifierdError
+
+DEFAULT_BACKEND = "verifierd.engine.backend:EngineBackend.load"
+_FACTORY = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
 
 
 class ConfigError(VerifierdError):
@@ -48,6 +52,9 @@ class EnginesConfig:
     max_batch_requests: int = 64
     #: Most prompt + output tokens sent to an engine in one call.
     max_batch_tokens: int = 65536
+    #: The engine backend: "module:callable" taking an EngineSpec (tests plug a
+    #: stand-in here; production keeps the vLLM backend).
+    backend: str = DEFAULT_BACKEND
 
 
 @dataclass(frozen=True)
@@ -186,7 +193,10 @@ def _engines(s: _Section) -> EnginesConfig:
         load_timeout_s=s.number("load_timeout_s", 900.0, minimum=1.0),
         max_batch_requests=s.integer("max_batch_requests", 64, minimum=1),
         max_batch_tokens=s.integer("max_batch_tokens", 65536, minimum=1),
+        backend=s.string("backend", DEFAULT_BACKEND),
     )
+    if not _FACTORY.match(cfg.backend):
+        raise ConfigError(f"engines.backend: expected 'module:callable', got {cfg.backend!r}")
     if cfg.device == "cuda" and not cfg.gpu_indices:
         raise ConfigError("engines.gpu_indices: device 'cuda' needs at least one GPU index")
     s.reject_unknown()
