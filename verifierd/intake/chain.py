@@ -18,6 +18,7 @@ from veritap.note import NoteError, parse_checkpoint, parse_note
 from veritap.v1 import ledger_pb2, log_pb2
 
 from verifierd.errors import VerifierdError
+from verifierd.intake.wire import EntryPart
 
 # Leaf hashes kept since the last verified checkpoint, as evidence if its root disagrees.
 MAX_UNCHECKPOINTED_HASHES = 1 << 20
@@ -49,6 +50,15 @@ class ViolationError(IntakeError):
         self.entries = entries
         self.checkpoints = checkpoints
         self.remote_hash = remote_hash
+
+
+def _streamed(seq: int, filtered: bool | None, data: bytes) -> ledger_pb2.StreamedEntry:
+    """The entry as it was streamed, for evidence."""
+    if filtered is None:
+        return ledger_pb2.StreamedEntry(seq=seq)
+    if filtered:
+        return ledger_pb2.StreamedEntry(seq=seq, filtered_hash=data)
+    return ledger_pb2.StreamedEntry(seq=seq, envelope=data)
 
 
 def _signed_root(checkpoint: log_pb2.Checkpoint) -> tuple[int, bytes] | None:
@@ -95,37 +105,55 @@ class IntakeChain:
     ) -> list[tuple[int, bytes, bytes]]:
         """Check a batch of entries in order; returns (seq, envelope, entry hash) per entry,
         the form `Store.ingest` takes (an empty envelope for an entry filtered out)."""
+        parts: list[EntryPart | tuple[int, None, bytes]] = []
+        for streamed in batch:
+            kind = streamed.WhichOneof("body")
+            if kind == "envelope":
+                parts.append((streamed.seq, False, streamed.envelope))
+            elif kind == "filtered_hash":
+                parts.append((streamed.seq, True, streamed.filtered_hash))
+            else:
+                parts.append((streamed.seq, None, b""))
+        return self.accept_parts(parts)
+
+    def accept_parts(
+        self, parts: Iterable[EntryPart | tuple[int, None, bytes]]
+    ) -> list[tuple[int, bytes, bytes]]:
+        """`accept_entries` for entries already taken apart: (seq, filtered, bytes), where
+        filtered is None for an entry that carried neither an envelope nor a hash."""
         chain = self._chain
         link = chain.link
         kept = self._since_checkpoint
         out: list[tuple[int, bytes, bytes]] = []
-        for streamed in batch:
-            seq = streamed.seq
+        for seq, filtered, data in parts:
             if seq != chain.next_seq:
                 raise self._refuse(
-                    "gap", f"received seq {seq} where seq {chain.next_seq} was due", streamed
+                    "gap",
+                    f"received seq {seq} where seq {chain.next_seq} was due",
+                    _streamed(seq, filtered, data),
                 )
-            kind = streamed.WhichOneof("body")
-            if kind == "envelope":
-                data = streamed.envelope
+            envelope = data
+            if filtered is False:
                 try:
                     digest = link(seq, data)
                 except ChainError as exc:
                     reason = "bad_hash" if isinstance(exc, BrokenLinkError) else "bad_entry"
-                    raise self._refuse(reason, str(exc), streamed) from exc
-            elif kind == "filtered_hash" and len(streamed.filtered_hash) == HASH_SIZE:
-                data = b""
-                digest = streamed.filtered_hash
+                    raise self._refuse(reason, str(exc), _streamed(seq, filtered, data)) from exc
+            elif filtered and len(data) == HASH_SIZE:
+                digest = data
+                envelope = b""
                 chain.frontier.append(digest)
                 chain.head_hash = digest
                 chain.next_seq = seq + 1
             else:
                 raise self._refuse(
-                    "bad_entry", f"seq {seq} has neither an envelope nor a 32-byte hash", streamed
+                    "bad_entry",
+                    f"seq {seq} has neither an envelope nor a 32-byte hash",
+                    _streamed(seq, filtered, data),
                 )
             if len(kept) < MAX_UNCHECKPOINTED_HASHES:
                 kept.append(digest)
-            out.append((seq, data, digest))
+            out.append((seq, envelope, digest))
         return out
 
     def accept_checkpoint(self, checkpoint: log_pb2.Checkpoint) -> None:

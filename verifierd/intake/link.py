@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
+from google.protobuf.message import DecodeError
 from veritap.signing import KeyFormatError, Verifier
 from veritap.tls import ClientTls, channel_credentials, channel_options, require_tls_off_loopback
 from veritap.v1 import ledger_pb2, ledger_pb2_grpc, log_pb2
@@ -26,8 +27,9 @@ from veritap.v1 import ledger_pb2, ledger_pb2_grpc, log_pb2
 from verifierd.config import CollectorConfig
 from verifierd.errors import VerifierdError
 from verifierd.intake.backoff import Backoff
-from verifierd.intake.chain import IntakeChain, ViolationError
+from verifierd.intake.chain import IntakeChain, IntakeError, ViolationError
 from verifierd.intake.frontier_file import FrontierFile, recover_chain
+from verifierd.intake.wire import read_batch
 from verifierd.metrics import METRICS, VerifierMetrics
 from verifierd.store import Store
 
@@ -36,6 +38,10 @@ logger = logging.getLogger(__name__)
 # Seconds between saves of the frontier file: a crash loses at most this much of it, which
 # only means replaying that many stored entry hashes on the next start (never correctness).
 FRONTIER_SAVE_S = 1.0
+
+_SUBSCRIBE_METHOD = (
+    f"/{ledger_pb2.DESCRIPTOR.services_by_name['LedgerService'].full_name}/Subscribe"
+)
 
 # Status codes after which retrying cannot help: the collector's log contradicts ours.
 _VIOLATION_CODES = {
@@ -290,7 +296,13 @@ class CollectorLink:
                 verifier_id=self._verifier_id,
             )
             requests = _Requests(start)
-            call = stub.Subscribe(requests)
+            # Raw responses: entry batches are read without protobuf (see intake.wire).
+            subscribe = channel.stream_stream(
+                _SUBSCRIBE_METHOD,
+                request_serializer=ledger_pb2.SubscribeRequest.SerializeToString,
+                response_deserializer=None,
+            )
+            call = subscribe(requests)
             ingester = _Ingester(
                 self._store,
                 self.origin,
@@ -321,14 +333,24 @@ class CollectorLink:
 
     async def _read(
         self,
-        call: AsyncIterable[ledger_pb2.SubscribeResponse],
+        call: AsyncIterable[bytes],
         chain: IntakeChain,
         ingester: _Ingester,
         ingest_task: asyncio.Task[None],
     ) -> None:
         try:
-            async for response in call:
+            async for data in call:
                 self.last_contact_ns = time.time_ns()
+                parts = read_batch(data)
+                if parts is not None:
+                    if self.state != "streaming":
+                        self.state = "streaming"
+                    ingester.add(chain.accept_parts(parts))
+                    continue
+                try:
+                    response = ledger_pb2.SubscribeResponse.FromString(data)
+                except DecodeError as exc:
+                    raise IntakeError(f"a Subscribe response does not parse: {exc}") from exc
                 kind = response.WhichOneof("kind")
                 if kind == "batch":
                     if self.state != "streaming":
