@@ -2,7 +2,9 @@
 
 Each child runs in its own session, so stopping it stops everything it
 started too (vLLM's engine core, for one). Leaving the ``with`` block stops
-every child, first politely (SIGTERM), then for sure (SIGKILL).
+every child, first politely (SIGTERM), then for sure (SIGKILL). A SIGTERM to
+the demo itself (or to the test runner around it) leaves the block too: inside
+it SIGTERM raises SystemExit, so no child outlives the demo.
 """
 
 from __future__ import annotations
@@ -12,14 +14,19 @@ import os
 import signal
 import socket
 import subprocess
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
+from types import FrameType, TracebackType
+from typing import Any
 
 log = logging.getLogger(__name__)
+
+
+SignalHandler = Callable[[int, FrameType | None], Any] | int | signal.Handlers | None
 
 
 class DemoError(RuntimeError):
@@ -46,9 +53,12 @@ class ProcessGroup:
     def __init__(self, log_dir: Path) -> None:
         self.log_dir = log_dir
         self.children: list[Child] = []
+        self._previous_sigterm: SignalHandler = None
         log_dir.mkdir(parents=True, exist_ok=True)
 
     def __enter__(self) -> ProcessGroup:
+        if threading.current_thread() is threading.main_thread():
+            self._previous_sigterm = signal.signal(signal.SIGTERM, _exit_on_sigterm)
         return self
 
     def __exit__(
@@ -58,6 +68,8 @@ class ProcessGroup:
         tb: TracebackType | None,
     ) -> None:
         self.stop_all()
+        if self._previous_sigterm is not None:
+            signal.signal(signal.SIGTERM, self._previous_sigterm)
 
     def start(
         self,
@@ -122,6 +134,10 @@ class ProcessGroup:
         for child in reversed(self.children):
             self.stop(child)
         self.children.clear()
+
+
+def _exit_on_sigterm(signum: int, frame: FrameType | None) -> None:
+    raise SystemExit(128 + signum)
 
 
 def port_open(host: str, port: int) -> bool:
