@@ -92,9 +92,14 @@ def discovered_services() -> list[ServiceFactory]:
 
 class Daemon:
     def __init__(
-        self, config: Config, *, factories: Sequence[ServiceFactory] | None = None
+        self,
+        config: Config,
+        *,
+        factories: Sequence[ServiceFactory] | None = None,
+        reverify: bool = False,
     ) -> None:
         self._config = config
+        self._reverify = reverify
         self._factories = discovered_services() if factories is None else list(factories)
 
     async def run(self, stop: asyncio.Event | None = None) -> int:
@@ -120,6 +125,7 @@ class Daemon:
                 pool=pool,
                 signer=signer,
                 secret=load_or_create_secret(config.secret_file),
+                reverify=self._reverify,
             )
             context = DaemonContext(config, store, registry, weights, pool, pipeline, signer)
             return await self._serve(context, stop, notifier)

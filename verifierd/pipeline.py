@@ -116,7 +116,10 @@ class Pipeline:
         signer: Signer,
         secret: bytes,
         clock: Callable[[], int] = time.time_ns,
+        reverify: bool = False,
     ) -> None:
+        """``reverify``: hash every committed file at each commitment's first engine load
+        instead of trusting the weights cache's stamps."""
         self._config = config
         self._store = store
         self._registry = registry
@@ -128,6 +131,7 @@ class Pipeline:
         self._meter: BatchMeter | None = None
         self._blocked_until: dict[str, int] = {}
         self._model_dirs: dict[str, Path] = {}
+        self._reverify = reverify
 
     def set_batch_meter(self, meter: BatchMeter) -> None:
         self._meter = meter
@@ -295,7 +299,9 @@ class Pipeline:
         """The verified weights directory (checked whenever the engine is not loaded)."""
         cid = commitment.commitment_id
         if cid not in self._model_dirs or not self._pool.loaded(cid):
-            self._model_dirs[cid] = self._weights.verify(commitment).path
+            first = cid not in self._model_dirs
+            checked = self._weights.verify(commitment, reverify=self._reverify and first)
+            self._model_dirs[cid] = checked.path
         return self._model_dirs[cid]
 
     def _prepare(

@@ -24,7 +24,7 @@ from verifierd.engine.pool import EnginePool
 from verifierd.pipeline import Pipeline
 from verifierd.store import Store, StoredVerdict
 from verifierd.verdicts import check_signed_verdict
-from verifierd.weights_cache import WeightsCache
+from verifierd.weights_cache import VerifiedWeights, WeightsCache
 
 PASS = verifier_pb2.VERDICT_STATUS_PASS
 FAIL = verifier_pb2.VERDICT_STATUS_FAIL
@@ -62,6 +62,10 @@ class Rig:
 
 @pytest.fixture
 def rig(tmp_path: Path) -> Iterator[Rig]:
+    yield from make_rig(tmp_path)
+
+
+def make_rig(tmp_path: Path, *, reverify: bool = False) -> Iterator[Rig]:
     model = make_model_dir(tmp_path / "model")
     c = commit(
         model,
@@ -90,6 +94,7 @@ def rig(tmp_path: Path) -> Iterator[Rig]:
         pool=pool,
         signer=signer,
         secret=b"s" * 32,
+        reverify=reverify,
     )
     yield Rig(store, pool, pipeline, signer, c, weights)
     pool.close()
@@ -193,3 +198,25 @@ def test_a_failure_on_one_record_closes_it_and_goes_on(
         "RuntimeError: bug",
     )
     assert fine.status == PASS
+
+
+def test_reverify_hashes_everything_at_the_first_load(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rigs = make_rig(tmp_path, reverify=True)
+    rig = next(rigs)
+    hashed: list[int] = []
+    verify = rig.weights.verify
+
+    def counting(commitment: Commitment, *, reverify: bool = False) -> VerifiedWeights:
+        checked = verify(commitment, reverify=reverify)
+        hashed.append(checked.files_hashed)
+        return checked
+
+    monkeypatch.setattr(rig.weights, "verify", counting)
+    ingest(rig.store, "edge", [Exchange("a")])
+    rig.drain()
+    ingest(rig.store, "edge", [Exchange("b")])
+    rig.drain()
+    assert hashed == [len(rig.commitment.files)]
+    next(rigs, None)

@@ -20,13 +20,18 @@ def register(subparsers: Any) -> None:
         "run", help="run the verifier daemon until SIGTERM"
     )
     parser.add_argument("--config", type=Path, help="verifierd TOML file (default: defaults)")
+    parser.add_argument(
+        "--reverify",
+        action="store_true",
+        help="hash every committed file before its first use instead of trusting the stamps",
+    )
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     try:
         config = load_config(args.config)
-        return asyncio.run(Daemon(config).run())
+        return asyncio.run(Daemon(config, reverify=args.reverify).run())
     except (VerifierdError, SigningError, OSError) as exc:
         sys.stderr.write(f"verifierd run: {exc}\n")
         return 2
