@@ -25,6 +25,7 @@ import argparse
 import asyncio
 import logging
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -222,6 +223,10 @@ def check_outcome(rows: list[VerdictRow]) -> list[str]:
 
 def run_demo(options: DemoOptions) -> list[VerdictRow]:
     work = options.work_dir.resolve()
+    # Models are kept between runs (they take a while to build); the log, the
+    # verifier's store and the logs are per run, so a run never counts old verdicts.
+    for stale in ("collector-log", "verifierd-state", "logs"):
+        shutil.rmtree(work / stale, ignore_errors=True)
     logs = work / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     honest_dir, dishonest_dir = work / "models" / "honest", work / "models" / "dishonest-int4"
