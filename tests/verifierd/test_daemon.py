@@ -222,7 +222,7 @@ def test_kill_9_with_the_real_engine(tmp_path: Path) -> None:
 
     tiny = build_tiny_model(tmp_path / "tiny", TinyModelSpec(seed=5))
     c = commit(tiny.path, generation_config="vllm", max_model_len=256)
-    setup = prepare(tmp_path, c, tiny.path, records=60, backend=DEFAULT_BACKEND)
+    setup = prepare(tmp_path, c, tiny.path, records=400, backend=DEFAULT_BACKEND)
     kill_repeatedly(setup, kills=3, env={}, startup_s=400)
     finish(setup, {}, timeout=600)
     check_exactly_once(setup)
