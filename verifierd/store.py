@@ -46,6 +46,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import lmdb
+from veritap.read_gate import ReadGate
 from veritap.v1 import log_pb2, verifier_pb2
 
 from verifierd.errors import VerifierdError
@@ -195,41 +196,6 @@ class Counts:
     verdicts: int
 
 
-class _ResizeGate:
-    """Readers share the environment; a map resize waits until none is inside."""
-
-    def __init__(self) -> None:
-        self._cond = threading.Condition()
-        self._readers = 0
-        self._resizing = False
-
-    @contextmanager
-    def reading(self) -> Iterator[None]:
-        with self._cond:
-            while self._resizing:
-                self._cond.wait()
-            self._readers += 1
-        try:
-            yield
-        finally:
-            with self._cond:
-                self._readers -= 1
-                self._cond.notify_all()
-
-    @contextmanager
-    def exclusive(self) -> Iterator[None]:
-        with self._cond:
-            self._resizing = True
-            while self._readers:
-                self._cond.wait()
-        try:
-            yield
-        finally:
-            with self._cond:
-                self._resizing = False
-                self._cond.notify_all()
-
-
 class Store:
     """verifierd's store. Thread-safe; open one per process (LMDB's rule)."""
 
@@ -237,7 +203,7 @@ class Store:
         self._env = env
         self._dbs = {name: env.open_db(name.encode()) for name in _DBS}
         self._write_lock = threading.Lock()
-        self._gate = _ResizeGate()
+        self._gate = ReadGate()
         self._listeners: list[Callable[[Sequence[StoredVerdict]], None]] = []
         self._audit_number = 0
 

@@ -36,6 +36,7 @@ from veritap.envelope import (
     record_header,
 )
 from veritap.envelope import decode_record as decode_entry_record
+from veritap.read_gate import ReadGate
 from veritap.signing import Signer
 from veritap.v1 import log_pb2, record_pb2
 
@@ -51,7 +52,6 @@ from collector.log.errors import (
     LogReadOnlyError,
 )
 from collector.log.layout import Db, MetaKey, u64
-from collector.log.read_gate import ReadGate
 from collector.log.writer import ChainState, CommitListener, GroupCommitWriter
 
 logger = logging.getLogger(__name__)

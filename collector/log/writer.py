@@ -34,13 +34,13 @@ import lmdb
 from veritap import merkle
 from veritap.envelope import EnvelopeEncoder
 from veritap.note import CheckpointBody, sign_checkpoint
+from veritap.read_gate import ReadGate
 from veritap.signing import Signer
 from veritap.v1 import log_pb2
 
 from collector.log import layout
 from collector.log.errors import LogClosedError, LogCorruptError, LogError, LogWriteError
 from collector.log.layout import Db, MetaKey, u64
-from collector.log.read_gate import ReadGate
 
 logger = logging.getLogger(__name__)
 

@@ -1,7 +1,8 @@
 """Many LMDB read transactions at once, or one map resize with none in flight.
 
 LMDB may only change its map size while the process has no transaction
-open; `ReadGate` makes readers and the resizer take turns.
+open; `ReadGate` makes readers and the resizer take turns. The collector's
+log and verifierd's store both grow their maps through it.
 """
 
 from __future__ import annotations
