@@ -1,4 +1,12 @@
-"""`collector log`: check, export and describe a log directory."""
+"""`collector log`: check, export, describe and prune a log directory.
+
+`collector log prune [DIR] --config F --before SEQ` drops the entries below SEQ, never one
+a verifier has not stored: every verifier listed in the config's `ledger.verifiers` must
+have acknowledged seq `SEQ - 1` (as recorded in the acknowledgement file the
+LedgerService keeps); otherwise nothing is deleted and the command names the verifier
+holding the prune back. The config is required because it names those verifiers. The log
+is opened for writing, so the daemon appending to it must not be running.
+"""
 
 from __future__ import annotations
 
@@ -8,14 +16,19 @@ from pathlib import Path
 
 from veritap.envelope import EnvelopeError
 from veritap.signing import KeyFormatError, Verifier
+from veritap.toml_section import ConfigError
 
+from collector.config import load_config
+from collector.ledger.config import LedgerConfig
+from collector.ledger.errors import LedgerError
+from collector.ledger.retention import AckBook, check_prune
 from collector.log import Log, LogError
 from collector.log.audit import audit_log
 from collector.log.export import jsonl_lines
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    parser = subparsers.add_parser("log", help="check, export or describe a log")
+    parser = subparsers.add_parser("log", help="check, export, describe or prune a log")
     actions = parser.add_subparsers(dest="log_command", required=True, metavar="ACTION")
 
     verify = actions.add_parser(
@@ -45,6 +58,28 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     info = actions.add_parser("info", help="print the log's origin, head, floor and checkpoints")
     info.add_argument("dir", type=Path)
     info.set_defaults(func=run_info)
+
+    prune = actions.add_parser(
+        "prune",
+        help="delete entries below a seq that every configured verifier has acknowledged",
+        description=(
+            "Delete the entries below SEQ and raise the retention floor to SEQ, only when "
+            "every verifier in the config's ledger.verifiers has acknowledged SEQ - 1; "
+            "otherwise delete nothing, name the verifier holding it back and exit 1. "
+            "Stop the collector first: the log is opened for writing."
+        ),
+    )
+    prune.add_argument(
+        "dir", type=Path, nargs="?", default=None, help="the log directory (default: log.path)"
+    )
+    prune.add_argument(
+        "--config", type=Path, required=True, help="collector TOML file (names the verifiers)"
+    )
+    prune.add_argument("--origin", help="the log's origin, overriding collector.origin")
+    prune.add_argument(
+        "--before", type=int, required=True, metavar="SEQ", help="the new retention floor"
+    )
+    prune.set_defaults(func=run_prune)
 
 
 def run_verify(args: argparse.Namespace) -> int:
@@ -96,4 +131,26 @@ def run_info(args: argparse.Namespace) -> int:
     if checkpoint is not None:
         print(f"latest root     {checkpoint.root_hash.hex()}")
     print(f"map size        {stats.map_size}")
+    return 0
+
+
+def prune_log(log_dir: Path, origin: str, config: LedgerConfig, before_seq: int) -> tuple[int, int]:
+    """Prune after checking the acknowledgements; returns (entries deleted, retention floor)."""
+    book = AckBook.load(config.acks_path(log_dir))
+    check_prune(book, config.verifiers, before_seq)
+    with Log.open(log_dir, origin=origin) as log:
+        deleted = log.prune(before_seq)
+        return deleted, log.retention_floor
+
+
+def run_prune(args: argparse.Namespace) -> int:
+    try:
+        config = load_config(args.config)
+        deleted, floor = prune_log(
+            args.dir or config.log.path, args.origin or config.origin, config.ledger, args.before
+        )
+    except (ConfigError, LedgerError, LogError) as exc:
+        print(f"collector log prune: {exc}", file=sys.stderr)
+        return 1
+    print(f"pruned {deleted} entries; the retention floor is {floor}")
     return 0

@@ -290,7 +290,9 @@ async def test_head_status_health_and_reflection(served: Served) -> None:
     assert {"veritap.v1.LedgerService", "grpc.health.v1.Health"} <= set(services)
 
 
-async def test_prune_waits_for_every_configured_verifier(served: Served, tmp_path: Path) -> None:
+async def test_log_prune_waits_for_every_configured_verifier(
+    served: Served, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     async with grpc.aio.insecure_channel(served.address) as channel:
         sub = Subscriber(channel, _start(verifier_id="verifier-a", window=60))
         await sub.read_until(60)
@@ -300,11 +302,15 @@ async def test_prune_waits_for_every_configured_verifier(served: Served, tmp_pat
     served.log.close()
     config = tmp_path / "collector.toml"
     config.write_text('[ledger]\nverifiers = ["verifier-a"]\n')
-    common = ["prune-log", "--config", str(config), "--log", str(served.log_dir)]
-    assert collector_main([*common, "--origin", ORIGIN, "--before", "62"]) == 1
-    assert collector_main([*common, "--origin", ORIGIN, "--before", "61"]) == 0
+    common = ["log", "prune", str(served.log_dir), "--config", str(config), "--origin", ORIGIN]
+    assert collector_main([*common, "--before", "62"]) == 1  # 61 is not acknowledged
+    assert "verifier 'verifier-a' has acknowledged only up to seq 60" in capsys.readouterr().err
+    with Log.open(served.log_dir, origin=ORIGIN, readonly=True) as log:
+        assert log.retention_floor == 1  # nothing was deleted
+    assert collector_main([*common, "--before", "61"]) == 0
     with Log.open(served.log_dir, origin=ORIGIN, readonly=True) as log:
         assert log.retention_floor == 61
+        assert log.entry(61)
 
 
 def test_a_threaded_daemon_runs_the_service_on_its_own_loop(tmp_path: Path) -> None:
