@@ -9,6 +9,9 @@ Same run, same records (4 KB envelopes), server and client in separate processes
             signature and Merkle root, stores entries + cursor durably (LMDB, sync on) in
             group transactions and acknowledges them (window 4096).
 * stream mTLS: the same with mutual TLS (informational).
+* store only: the verifier's durable store alone taking the same envelopes in-process,
+            STORE_BATCH per transaction, no network and no checks (informational: the
+            disk's bound on the stream, which the network-only ceiling does not pay).
 
 Rounds alternate the contenders; the median round counts. Target: stream >= 0.5x ceiling.
 
@@ -34,6 +37,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "protos")]
 
 import grpc  # noqa: E402
+from veritap.envelope import entry_hash  # noqa: E402
 from veritap.signing import Signer  # noqa: E402
 from veritap.v1 import ledger_pb2, record_pb2  # noqa: E402
 
@@ -47,6 +51,7 @@ ORIGIN = "bench.example/stream"
 ENVELOPE_SIZE = 4096
 BATCH = 64
 TARGET = 0.5
+STORE_BATCH = 1024
 _METHOD = "/bench.Ceiling/Stream"
 
 
@@ -139,6 +144,23 @@ async def _intake(state: Path, port: int, signer: Signer, count: int, tls: dict[
     return count / elapsed
 
 
+def run_store_only(work: Path, log_dir: Path, count: int, round_no: int) -> float:
+    """Records/s of `Store.ingest` alone on the log's envelopes (hashes precomputed)."""
+    with Log.open(log_dir, origin=ORIGIN, readonly=True) as log:
+        entries = [(seq, data, entry_hash(data)) for seq, data in log.iter_entries(1)]
+    state = work / f"store-only-{round_no}"
+    store = Store.open(state, map_size=2 << 30)
+    try:
+        started = time.perf_counter()
+        for first in range(0, len(entries), STORE_BATCH):
+            store.ingest(ORIGIN, entries[first : first + STORE_BATCH])
+        elapsed = time.perf_counter() - started
+    finally:
+        store.close()
+        shutil.rmtree(state, ignore_errors=True)
+    return count / elapsed
+
+
 def store_count(path: Path) -> int:
     store = Store.open(path, readonly=True)
     try:
@@ -225,7 +247,12 @@ def main() -> int:
         signer = Signer.generate(ORIGIN)
         log_dir = work / "log"
         build_log(log_dir, signer, args.records)
-        rates: dict[str, list[float]] = {"ceiling": [], "stream": [], "stream mTLS": []}
+        rates: dict[str, list[float]] = {
+            "ceiling": [],
+            "stream": [],
+            "stream mTLS": [],
+            "store only": [],
+        }
         for round_no in range(args.rounds):
             rates["ceiling"].append(run_ceiling(log_dir, args.records))
             rates["stream"].append(
@@ -234,6 +261,7 @@ def main() -> int:
             rates["stream mTLS"].append(
                 run_stream(work, log_dir, signer, args.records, mtls=True, round_no=round_no)
             )
+            rates["store only"].append(run_store_only(work, log_dir, args.records, round_no))
     finally:
         shutil.rmtree(work, ignore_errors=True)
     ceiling = statistics.median(rates["ceiling"])
@@ -244,6 +272,8 @@ def main() -> int:
         shown = " ".join(f"{v:,.0f}" for v in values)
         mb = rate * ENVELOPE_SIZE / 1e6
         print(f"{name:<14}{rate:>12,.0f}{mb:>9.1f}{rate / ceiling:>11.2f}  {shown}")
+    stream_vs_store = statistics.median(rates["stream"]) / statistics.median(rates["store only"])
+    print(f"stream / store only: {stream_vs_store:.2f} (how close the stream is to the disk)")
     ratio = statistics.median(rates["stream"]) / ceiling
     verdict = "ok" if ratio >= TARGET else "short"
     print(f"result: stream_vs_ceiling={ratio:.2f} target={TARGET} {verdict}")
