@@ -32,6 +32,9 @@ path = "/var/lib/veritap/log"
 key = "/etc/veritap/collector.key"  # from `collector keygen`
 batch_records = 256                 # group commit: at most this many records ...
 batch_delay_s = 0.05                # ... or this long, per durable transaction
+
+[metrics]
+listen = "127.0.0.1:9400"           # Prometheus /metrics (host:port, [v6]:port; "": off)
 ```
 
 Relative paths are relative to the config file. The `[ledger]` section belongs to
@@ -47,6 +50,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from veritap.metrics_http import MetricsAddressError, parse_listen
 from veritap.toml_section import ConfigError, Section
 
 from collector.dialects import DIALECTS
@@ -135,6 +139,12 @@ class LogConfig:
     batch_delay_s: float = 0.05
 
 
+@dataclass(frozen=True)
+class MetricsConfig:
+    #: Where /metrics is served; "" serves none (the counters are still kept).
+    listen: str = "127.0.0.1:9400"
+
+
 def default_origin() -> str:
     return f"{socket.gethostname()}/veritap"
 
@@ -147,6 +157,7 @@ class CollectorConfig:
     http: HttpConfig = HttpConfig()
     log: LogConfig = LogConfig()
     ledger: LedgerConfig = field(default_factory=LedgerConfig)
+    metrics: MetricsConfig = MetricsConfig()
 
 
 def _collector(section: _Section) -> str:
@@ -211,7 +222,17 @@ def _log(section: _Section) -> LogConfig:
     )
 
 
-_SECTIONS = ("collector", "capture", "reassembly", "http", "log", "ledger")
+def _metrics(section: _Section) -> MetricsConfig:
+    listen = section.string("listen", MetricsConfig().listen)
+    if listen:
+        try:
+            parse_listen(listen)
+        except MetricsAddressError as exc:
+            raise section.error("listen", f"{exc} (empty: no endpoint)") from exc
+    return MetricsConfig(listen=listen)
+
+
+_SECTIONS = ("collector", "capture", "reassembly", "http", "log", "ledger", "metrics")
 
 
 def _table(document: Mapping[str, object], name: str) -> Mapping[str, object]:
@@ -238,6 +259,7 @@ def config_from_document(document: Mapping[str, object], *, base_dir: Path) -> C
         http=_http(sections["http"]),
         log=_log(sections["log"]),
         ledger=ledger_config_from_table(_table(document, "ledger"), base_dir=base_dir),
+        metrics=_metrics(sections["metrics"]),
     )
     for section in sections.values():
         section.finish()

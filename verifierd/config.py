@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from veritap.metrics_http import MetricsAddressError, parse_listen
+
 from verifierd.errors import VerifierdError
 
 DEFAULT_BACKEND = "verifierd.engine.backend:EngineBackend.load"
@@ -92,6 +94,18 @@ class CollectorConfig:
 
 
 @dataclass(frozen=True)
+class IntakeConfig:
+    """How a collector link reconnects after a network error: exponential backoff with full
+    jitter (verifierd.intake.backoff). The ceiling starts at ``reconnect_initial_s``, grows
+    by ``reconnect_factor`` per failed attempt up to ``reconnect_max_s``, and each delay is
+    drawn below it; a stream that stored entries starts over from the initial ceiling."""
+
+    reconnect_initial_s: float = 0.05
+    reconnect_max_s: float = 5.0
+    reconnect_factor: float = 2.0
+
+
+@dataclass(frozen=True)
 class ServiceConfig:
     """Where the VerifierService listens."""
 
@@ -104,6 +118,27 @@ class ServiceConfig:
     #: Client certificate subjects ("CN=ops-admin,O=veritap") or common names with the
     #: admin role (SetDifrSettings).
     admin_subjects: tuple[str, ...] = ()
+
+
+#: `[metrics] prover` values: a `verifierd.vca.PRESETS` name, or "auto" (cpu when the engines
+#: are metered in CPU-seconds, else dcgm).
+PROVER_PRESETS = ("auto", "dcgm", "nvml-gpm", "nvml-utilization", "cpu")
+
+
+@dataclass(frozen=True)
+class MetricsConfig:
+    """Prometheus /metrics, and where the `vca` gauge reads the prover's activity."""
+
+    #: host:port (or [v6]:port) of /metrics; "" serves none (the metrics are still kept).
+    listen: str = "127.0.0.1:9401"
+    #: Prometheus (or `verifierd prover-meter`) base URL; "" = no vca gauge.
+    prover_url: str = ""
+    #: Which prover series: one of PROVER_PRESETS.
+    prover: str = "auto"
+    #: The vca gauge covers the batches whose traffic ended in the last this many seconds ...
+    vca_window_s: float = 600.0
+    #: ... recomputed this often.
+    vca_interval_s: float = 30.0
 
 
 @dataclass(frozen=True)
@@ -125,6 +160,8 @@ class Config:
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
     service: ServiceConfig = field(default_factory=ServiceConfig)
     collectors: tuple[CollectorConfig, ...] = ()
+    intake: IntakeConfig = field(default_factory=IntakeConfig)
+    metrics: MetricsConfig = field(default_factory=MetricsConfig)
 
     @property
     def store_dir(self) -> Path:
@@ -163,6 +200,8 @@ def parse_config(data: Mapping[str, Any], base: Path) -> Config:
         scheduler=_scheduler(top.section("scheduler")),
         service=_service(top.section("service"), base),
         collectors=tuple(_collector(section, base) for section in top.section_list("collectors")),
+        intake=_intake(top.section("intake")),
+        metrics=_metrics(top.section("metrics")),
     )
     for section in (verifierd, top):
         section.reject_unknown()
@@ -226,6 +265,54 @@ def _service(s: _Section, base: Path) -> ServiceConfig:
     )
     if bool(cfg.cert_file) != bool(cfg.key_file):
         raise ConfigError(f"{s.name}: cert_file and key_file go together")
+    s.reject_unknown()
+    return cfg
+
+
+def _metrics(s: _Section) -> MetricsConfig:
+    d = MetricsConfig()
+    cfg = MetricsConfig(
+        listen=s.string("listen", d.listen),
+        prover_url=s.string("prover_url", d.prover_url),
+        prover=s.string("prover", d.prover),
+        vca_window_s=s.number("vca_window_s", d.vca_window_s, minimum=1.0),
+        vca_interval_s=s.number("vca_interval_s", d.vca_interval_s, minimum=0.1),
+    )
+    if cfg.listen:
+        try:
+            parse_listen(cfg.listen)
+        except MetricsAddressError as exc:
+            raise ConfigError(f"{s.name}.listen: {exc} (empty: no endpoint)") from exc
+    if cfg.prover_url and not cfg.prover_url.startswith(("http://", "https://")):
+        raise ConfigError(
+            f"{s.name}.prover_url: expected an http:// or https:// URL, got {cfg.prover_url!r}"
+        )
+    if cfg.prover not in PROVER_PRESETS:
+        raise ConfigError(
+            f"{s.name}.prover: expected one of {', '.join(PROVER_PRESETS)}, got {cfg.prover!r}"
+        )
+    s.reject_unknown()
+    return cfg
+
+
+def _intake(s: _Section) -> IntakeConfig:
+    d = IntakeConfig()
+    cfg = IntakeConfig(
+        reconnect_initial_s=s.number(
+            "reconnect_initial_s", d.reconnect_initial_s, minimum=0.001, maximum=3600.0
+        ),
+        reconnect_max_s=s.number(
+            "reconnect_max_s", d.reconnect_max_s, minimum=0.001, maximum=3600.0
+        ),
+        reconnect_factor=s.number(
+            "reconnect_factor", d.reconnect_factor, minimum=1.0, maximum=100.0
+        ),
+    )
+    if cfg.reconnect_max_s < cfg.reconnect_initial_s:
+        raise ConfigError(
+            f"{s.name}.reconnect_max_s: {cfg.reconnect_max_s:g} is below "
+            f"reconnect_initial_s ({cfg.reconnect_initial_s:g})"
+        )
     s.reject_unknown()
     return cfg
 

@@ -11,12 +11,22 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from verifierd.config import Config
+from verifierd.config import Config, IntakeConfig
+from verifierd.intake.backoff import Backoff
 from verifierd.intake.link import CollectorLink, LinkStatus, load_collector_key
 from verifierd.metrics import METRICS, VerifierMetrics
 from verifierd.store import Store
 
 logger = logging.getLogger(__name__)
+
+
+def reconnect_backoff(intake: IntakeConfig) -> Backoff:
+    """A link's own reconnect backoff, from the [intake] table."""
+    return Backoff(
+        initial_s=intake.reconnect_initial_s,
+        maximum_s=intake.reconnect_max_s,
+        factor=intake.reconnect_factor,
+    )
 
 
 class Intake:
@@ -31,6 +41,7 @@ class Intake:
                 key=load_collector_key(collector.public_key),
                 verifier_id=config.verifier_id,
                 state_dir=config.state_dir,
+                backoff=reconnect_backoff(config.intake),
                 metrics=metrics,
             )
             for collector in config.collectors

@@ -1,0 +1,40 @@
+"""The collector's [metrics] table: default address, "" turns /metrics off, bad addresses name
+the key."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from veritap.toml_section import ConfigError
+
+from collector.config import MetricsConfig, load_config
+
+
+def _load(tmp_path: Path, text: str) -> MetricsConfig:
+    path = tmp_path / "collector.toml"
+    path.write_text(text)
+    return load_config(path).metrics
+
+
+def test_default_listen_and_off(tmp_path: Path) -> None:
+    assert _load(tmp_path, "").listen == "127.0.0.1:9400"
+    assert load_config(None).metrics.listen == "127.0.0.1:9400"
+    assert _load(tmp_path, '[metrics]\nlisten = ""\n').listen == ""
+    assert _load(tmp_path, '[metrics]\nlisten = "[::1]:0"\n').listen == "[::1]:0"
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ('listen = "9400"', "metrics.listen: metrics address '9400': expected host:port"),
+        ('listen = "::1:9400"', "metrics.listen: metrics address '::1:9400': write IPv6"),
+        ('listen = "host:99999"', "metrics.listen: metrics address 'host:99999': bad port"),
+        ("listen = 9400", "metrics.listen: expected a string"),
+        ('listn = "127.0.0.1:9400"', "metrics.listn: unknown setting"),
+    ],
+)
+def test_bad_values_name_the_key(tmp_path: Path, text: str, message: str) -> None:
+    with pytest.raises(ConfigError) as raised:
+        _load(tmp_path, f"[metrics]\n{text}\n")
+    assert str(raised.value).startswith(message)
