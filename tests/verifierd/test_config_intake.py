@@ -125,7 +125,7 @@ async def test_the_links_reconnect_with_the_configured_backoff(
 
 def _delays(caplog: pytest.LogCaptureFixture) -> list[float]:
     return [
-        float(record.delay_s)
+        float(record.__dict__["delay_s"])
         for record in caplog.records
         if record.getMessage() == "collector link down, reconnecting"
     ]
