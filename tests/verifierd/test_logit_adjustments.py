@@ -131,8 +131,8 @@ def test_division_arithmetic_is_a_different_float_result() -> None:
     prompt = list(range(200))
     z = _logits(1, 200, 2).abs() + 0.1
     recip = AdjustmentPlan(adj, prompt, [0], 200, CPU).apply(z, 0)
-    divided = AdjustmentPlan(adj, prompt, [0], 200, CPU).apply(z, 0)
     division = RepetitionArithmetic.DIVIDE
+    divided = AdjustmentPlan(adj, prompt, [0], 200, CPU, arithmetic=division).apply(z, 0)
     assert torch.equal(
         divided,
         dense_reference(
