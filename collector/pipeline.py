@@ -23,6 +23,7 @@ from collector.config import CollectorConfig
 from collector.dialects import DialectRegistry
 from collector.http.exchange import Connection, HttpStats
 from collector.http.messages import Exchange
+from collector.metrics import CollectorMetrics
 from collector.records import RecordBuilder
 from collector.tcp_reassembly import FlowInfo, Reassembler, ReassemblyStats
 
@@ -165,6 +166,7 @@ class LogWriter:
 
     `put` blocks when `max_pending` records wait (backpressure reaches the
     capture loop, whose kernel ring then absorbs or drops — and counts).
+    With `metrics`, each appended batch is counted there by capture quality.
     """
 
     def __init__(
@@ -174,8 +176,10 @@ class LogWriter:
         batch_records: int = 256,
         batch_delay_s: float = 0.05,
         max_pending: int = 8192,
+        metrics: CollectorMetrics | None = None,
     ) -> None:
         self._log = log
+        self._metrics = metrics
         self._batch = batch_records
         self._delay = batch_delay_s
         self._queue: queue.Queue[record_pb2.InferenceRecord | None] = queue.Queue(max_pending)
@@ -215,6 +219,8 @@ class LogWriter:
             try:
                 self._log.append_many(batch)
                 self.appended += len(batch)
+                if self._metrics is not None:
+                    self._metrics.records_appended(record.quality for record in batch)
             except Exception as exc:
                 self.failed += len(batch)
                 self.error = exc

@@ -1,4 +1,9 @@
-"""`collector run --config collector.toml`: capture live traffic into the log until SIGTERM."""
+"""`collector run --config collector.toml`: capture live traffic into the log until SIGTERM.
+
+The LedgerService serves the log as it grows, and Prometheus metrics are served at
+`[metrics] listen` (capture counters move every `capture.stats_interval_s`; records, the log
+head and checkpoints as they are committed). A taken metrics port is logged, not fatal.
+"""
 
 from __future__ import annotations
 
@@ -24,6 +29,7 @@ from collector.config import CollectorConfig, load_config
 from collector.ledger.errors import LedgerError
 from collector.ledger.server import LedgerServiceThread
 from collector.log import Log, LogError
+from collector.metrics import METRICS, CaptureFeed, CaptureTotals
 from collector.pipeline import CapturePipeline, LogWriter, PipelineSummary
 
 logger = logging.getLogger(__name__)
@@ -90,8 +96,13 @@ def run(args: argparse.Namespace) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    METRICS.log_read(log.head().seq, log.stats().last_checkpoint_size)
+    METRICS.watch_log(log)
     writer = LogWriter(
-        log, batch_records=config.log.batch_records, batch_delay_s=config.log.batch_delay_s
+        log,
+        batch_records=config.log.batch_records,
+        batch_delay_s=config.log.batch_delay_s,
+        metrics=METRICS,
     )
     pipeline = CapturePipeline(config, writer.put)
     snapshot = CaptureSnapshot()
@@ -106,9 +117,13 @@ def run(args: argparse.Namespace) -> int:
         log.close()
         print(f"collector run: {exc}", file=sys.stderr)
         return 2
+    metrics_server = METRICS.serve_configured(config.metrics.listen)
+    feed = CaptureFeed(METRICS, config.capture.interface)
     started, cpu_started = time.perf_counter(), time.process_time()
     notifier = Notifier.from_env()
     status = f"capturing on {config.capture.interface}; ledger on port {port}"
+    if metrics_server is not None:
+        status += f"; metrics at {metrics_server.url}"
     print(f"collector: {status}", file=sys.stderr, flush=True)
     notifier.ready(status=status)
     try:
@@ -120,6 +135,7 @@ def run(args: argparse.Namespace) -> int:
             stop,
             watchdog=Watchdog.from_env(notifier),
             snapshot=snapshot,
+            feed=feed,
         )
     finally:
         notifier.stopping(status="flushing flows into the log")
@@ -129,6 +145,8 @@ def run(args: argparse.Namespace) -> int:
         drops = capture.stats().drops
         capture.close()
         log.close()
+        if metrics_server is not None:
+            metrics_server.close()
     summary = pipeline.summary(kernel_drops=drops)
     elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu_started
     sys.stdout.write(summary.report(elapsed, cpu, writer.appended, writer.failed))
@@ -157,6 +175,7 @@ def _capture_loop(
     *,
     watchdog: Watchdog,
     snapshot: CaptureSnapshot,
+    feed: CaptureFeed,
 ) -> None:
     """Read, decode and record until `stop`; pings the systemd watchdog from this loop."""
     linktype = capture.linktype
@@ -173,7 +192,9 @@ def _capture_loop(
             next_stats = time.monotonic() + config.capture.stats_interval_s
             kernel = capture.stats()
             summary = pipeline.summary(kernel_drops=kernel.drops)
-            snapshot.publish(summary, kernel, open_flows=pipeline.reassembler.open_flows)
+            open_flows = pipeline.reassembler.open_flows
+            snapshot.publish(summary, kernel, open_flows=open_flows)
+            feed.update(capture_totals(summary, kernel.drops, open_flows))
             logger.info(
                 "capture stats",
                 extra={
@@ -182,11 +203,23 @@ def _capture_loop(
                     "kernel_drops": kernel.drops,
                     "records": summary.records,
                     "appended": writer.appended,
-                    "open_flows": pipeline.reassembler.open_flows,
+                    "open_flows": open_flows,
                     "gaps": summary.reassembly.gaps,
                     "internal_errors": summary.internal_errors,
                 },
             )
+
+
+def capture_totals(summary: PipelineSummary, kernel_drops: int, open_flows: int) -> CaptureTotals:
+    r = summary.reassembly
+    return CaptureTotals(
+        packets=summary.frames,
+        captured_bytes=summary.captured_bytes,
+        kernel_drops=kernel_drops,
+        flows_opened=r.flows_opened,
+        flows_closed=r.close_reasons,
+        flows_active=open_flows,
+    )
 
 
 class CaptureSnapshot:

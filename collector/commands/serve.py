@@ -7,12 +7,17 @@ the process that appends to it (`collector run` serves its own log in-process in
 through `start_ledger_service`). New entries are found by polling every `ledger.poll_s`.
 SIGTERM or SIGINT stops the server gracefully. Prints one line, `ledger listening on
 HOST:PORT`, once the port is bound (useful with port 0).
+
+Prometheus metrics are served at `[metrics] listen` ("" = not served; a taken port is logged,
+not fatal): the subscribers and their streams, and the log's head and newest checkpoint as
+read every second.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import logging
 import signal
 import sys
@@ -28,8 +33,10 @@ from collector.ledger.config import LedgerConfig
 from collector.ledger.errors import LedgerError
 from collector.ledger.server import start_ledger_service
 from collector.log import Log, LogError
+from collector.metrics import METRICS
 
 logger = logging.getLogger(__name__)
+METRICS_POLL_S = 1.0
 
 
 def register(subparsers: Any) -> None:
@@ -51,8 +58,22 @@ def _ledger_config(config: LedgerConfig, listen: str | None) -> LedgerConfig:
     return replace(config, listen=listen)
 
 
-async def serve(log_dir: Path, origin: str, config: LedgerConfig) -> None:
+async def _watch_log(log: Log) -> None:
+    """The log's head and newest checkpoint into METRICS, every METRICS_POLL_S."""
+    while True:
+        try:
+            stats = await asyncio.to_thread(log.stats)
+        except LogError as exc:
+            logger.warning("cannot read the log's head for metrics", extra={"reason": str(exc)})
+        else:
+            METRICS.log_read(stats.head_seq, stats.last_checkpoint_size)
+        await asyncio.sleep(METRICS_POLL_S)
+
+
+async def serve(log_dir: Path, origin: str, config: LedgerConfig, metrics_listen: str = "") -> None:
     log = Log.open(log_dir, origin=origin, readonly=True)
+    metrics_server = METRICS.serve_configured(metrics_listen)
+    watcher = asyncio.create_task(_watch_log(log))
     try:
         server = await start_ledger_service(log, config, log_dir=log_dir)
         host, _ = split_host_port(config.listen)
@@ -66,6 +87,11 @@ async def serve(log_dir: Path, origin: str, config: LedgerConfig) -> None:
         await stop.wait()
         await server.stop()
     finally:
+        watcher.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await watcher
+        if metrics_server is not None:
+            await asyncio.to_thread(metrics_server.close)
         log.close()
 
 
@@ -73,7 +99,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         config = load_config(args.config)
         ledger = _ledger_config(config.ledger, args.listen)
-        asyncio.run(serve(args.log or config.log.path, args.origin or config.origin, ledger))
+        log_dir, origin = args.log or config.log.path, args.origin or config.origin
+        asyncio.run(serve(log_dir, origin, ledger, config.metrics.listen))
     except (ConfigError, TlsConfigError, LedgerError, LogError) as exc:
         sys.stderr.write(f"collector serve: {exc}\n")
         return 2

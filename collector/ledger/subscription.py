@@ -114,7 +114,8 @@ class Subscription:
         self.verifier_id = start.verifier_id
         label = start.verifier_id or "anonymous"
         self._streamed = metrics.streamed_entries.labels(subscriber=label)
-        self._lag = metrics.stream_lag.labels(subscriber=label)
+        self._label = label
+        self._lag = metrics.stream_lag
         self._models = frozenset(start.models)
         window = start.window or config.default_window
         self._window = SendWindow(start.from_seq, min(window, config.max_window))
@@ -148,7 +149,7 @@ class Subscription:
                     raise AckError("only acknowledgements may follow the Start message")
                 if self._window.ack(request.ack.durable_seq) and self.verifier_id:
                     self._book.record(self.verifier_id, request.ack.durable_seq)
-                self._lag.set(max(0, self._log.head().seq - request.ack.durable_seq))
+                self._set_lag(self._log.head().seq)
             except AckError as exc:
                 self._fail(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
                 return
@@ -165,6 +166,7 @@ class Subscription:
                 try:
                     head = self._log.head().seq
                     window = self._window
+                    self._set_lag(head)
                     sent_any = False
                     if window.next_seq <= head and window.room() > 0:
                         last = min(head, window.next_seq + min(window.room(), _READ_ENTRIES) - 1)
@@ -191,8 +193,17 @@ class Subscription:
                 self._wake.clear()
         finally:
             reader.cancel()
+            # Its lag is unknown from now on (another stream of the same subscriber sets it
+            # again at its next look at the log).
+            with contextlib.suppress(KeyError):
+                self._lag.remove(self._label)
             if self.verifier_id:
                 self._book.flush()
+
+    def _set_lag(self, head: int) -> None:
+        """Entries up to `head` that the subscriber has not acknowledged (once per look at the
+        log or ack, not per entry)."""
+        self._lag.labels(subscriber=self._label).set(max(0, head - self._window.acked))
 
     def _range(self, first: int, last: int) -> Iterator[ledger_pb2.SubscribeResponse | bytes]:
         try:

@@ -335,6 +335,10 @@ class Log:
         """Call `callback(head_seq)` from the writer thread after each commit that adds entries."""
         self._writable().listeners.append(callback)
 
+    def add_checkpoint_listener(self, callback: CommitListener) -> None:
+        """Call `callback(tree_size)` from the writer thread after each committed checkpoint."""
+        self._writable().checkpoint_listeners.append(callback)
+
     def _writable(self) -> GroupCommitWriter:
         if self._writer is None:
             raise LogReadOnlyError("log is open read-only")

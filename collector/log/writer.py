@@ -175,6 +175,8 @@ class GroupCommitWriter:
         self._max_batch = max_batch
         self._on_commit = on_commit
         self.listeners: list[CommitListener] = []
+        #: Called with the tree size of each checkpoint once it is committed.
+        self.checkpoint_listeners: list[CommitListener] = []
         # Guards everything below.
         self._cond = threading.Condition()
         self._queue: deque[_Request | _Job] = deque()
@@ -465,11 +467,17 @@ class GroupCommitWriter:
         for request in prepared.requests:
             request.done.set()
         if prepared.rows:
-            for listener in self.listeners:
-                try:
-                    listener(state.seq)
-                except Exception:
-                    logger.exception("log commit listener failed", extra={"head_seq": state.seq})
+            self._tell(self.listeners, state.seq)
+        if prepared.checkpoint is not None:
+            self._tell(self.checkpoint_listeners, prepared.checkpoint.tree_size)
+
+    @staticmethod
+    def _tell(listeners: list[CommitListener], seq: int) -> None:
+        for listener in listeners:
+            try:
+                listener(seq)
+            except Exception:
+                logger.exception("log commit listener failed", extra={"seq": seq})
 
     def _put(self, txn: lmdb.Transaction[bytes], prepared: _Prepared, state: ChainState) -> int:
         """Write a prepared batch (one putmulti per database keeps the GIL mostly free)."""

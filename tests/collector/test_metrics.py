@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import time
 import urllib.request
+from pathlib import Path
 
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
+from veritap.signing import Signer
 from veritap.v1 import record_pb2
 
-from collector.metrics import CollectorMetrics, quality_label
+from collector.log import Log
+from collector.metrics import CaptureFeed, CaptureTotals, CollectorMetrics, quality_label
+from collector.pipeline import LogWriter
+from tests.collector.log.log_fixtures import ORIGIN, make_record, open_log
 
 
 def test_every_metric_is_served_with_its_type() -> None:
@@ -18,12 +25,11 @@ def test_every_metric_is_served_with_its_type() -> None:
     metrics.flows_opened.inc(10)
     metrics.flows_closed.labels(reason="fin").inc(9)
     metrics.flows_active.set(1)
-    metrics.record_appended(record_pb2.CAPTURE_QUALITY_COMPLETE, seq=41, appended_at_ns=10**18)
-    metrics.record_appended(
-        record_pb2.CAPTURE_QUALITY_RESPONSE_GAP, seq=42, appended_at_ns=2 * 10**18
+    metrics.records_appended(
+        [record_pb2.CAPTURE_QUALITY_COMPLETE, record_pb2.CAPTURE_QUALITY_RESPONSE_GAP]
     )
-    metrics.checkpoints.inc()
-    metrics.checkpoint_size.set(42)
+    metrics.log_committed(42, at_ns=2 * 10**18)
+    metrics.checkpoint_written(42)
     metrics.subscribers.set(1)
     metrics.streamed_entries.labels(subscriber="verifierd-a").inc(40)
     metrics.stream_lag.labels(subscriber="verifierd-a").set(2)
@@ -78,3 +84,88 @@ def test_every_metric_is_served_with_its_type() -> None:
 def test_quality_labels() -> None:
     assert quality_label(record_pb2.CAPTURE_QUALITY_MIDSTREAM) == "midstream"
     assert quality_label(record_pb2.CAPTURE_QUALITY_PARSE_ERROR) == "parse_error"
+
+
+def sample(metrics: CollectorMetrics, name: str, **labels: str) -> float | None:
+    return metrics.registry.get_sample_value("veritap_collector_" + name, labels)
+
+
+def totals(
+    packets: int, drops: int, opened: int, closed: dict[str, int], active: int
+) -> CaptureTotals:
+    return CaptureTotals(packets, packets * 100, drops, opened, closed, active)
+
+
+def test_capture_feed_moves_counters_by_the_difference_of_running_totals() -> None:
+    metrics = CollectorMetrics()
+    feed = CaptureFeed(metrics, "eth1")
+    feed.update(totals(10, 2, 3, {"fin": 1}, 2))
+    feed.update(totals(25, 2, 5, {"fin": 2, "rst": 1}, 2))
+    assert sample(metrics, "packets_total", source="eth1") == 25
+    assert sample(metrics, "captured_bytes_total", source="eth1") == 2500
+    assert sample(metrics, "kernel_drops_total", source="eth1") == 2
+    assert sample(metrics, "flows_opened_total") == 5
+    assert sample(metrics, "flows_closed_total", reason="fin") == 2
+    assert sample(metrics, "flows_closed_total", reason="rst") == 1
+    assert sample(metrics, "flows_active") == 2
+    # The kernel's PACKET_STATISTICS total grows: only the new drops are added.
+    feed.update(totals(30, 7, 5, {"fin": 2, "rst": 1}, 0))
+    assert sample(metrics, "kernel_drops_total", source="eth1") == 7
+    assert sample(metrics, "flows_active") == 0
+    # A source that starts over counts from zero again; the counters never go down.
+    feed.update(totals(4, 1, 1, {}, 1))
+    assert sample(metrics, "packets_total", source="eth1") == 34
+    assert sample(metrics, "kernel_drops_total", source="eth1") == 8
+    other = CaptureFeed(metrics, "eth2")
+    other.update(totals(1, 0, 0, {}, 1))
+    assert sample(metrics, "packets_total", source="eth2") == 1
+
+
+def test_the_log_writer_counts_records_by_quality_and_the_log_moves_head_and_checkpoints(
+    tmp_path: Path,
+) -> None:
+    metrics = CollectorMetrics()
+    log = open_log(tmp_path / "log", Signer.generate(ORIGIN), checkpoint_every=4)
+    metrics.watch_log(log)
+    writer = LogWriter(log, batch_records=3, batch_delay_s=0.0, metrics=metrics)
+    qualities = [record_pb2.CAPTURE_QUALITY_COMPLETE] * 7 + [record_pb2.CAPTURE_QUALITY_MIDSTREAM]
+    for i, quality in enumerate(qualities):
+        record = make_record(i)
+        record.quality = quality
+        writer.put(record)
+    writer.close()
+    assert (writer.appended, writer.error) == (8, None)
+    assert sample(metrics, "records_total", quality="complete") == 7
+    assert sample(metrics, "records_total", quality="midstream") == 1
+    assert sample(metrics, "records_total", quality="response_gap") == 0
+    assert sample(metrics, "log_head_seq") == 8
+    stamp = sample(metrics, "log_head_timestamp_seconds")
+    assert stamp is not None and abs(stamp - time.time()) < 600
+    log.close()  # signs a last checkpoint when the newest is behind the head
+    stats = Log.open_readonly(tmp_path / "log").stats()
+    assert sample(metrics, "checkpoints_total") == stats.checkpoints >= 2
+    assert sample(metrics, "checkpoint_tree_size") == stats.last_checkpoint_size == 8
+
+
+def test_a_reader_moves_the_head_stamp_only_when_the_head_moves() -> None:
+    metrics = CollectorMetrics()
+    metrics.log_read(5, 4)
+    first = sample(metrics, "log_head_timestamp_seconds")
+    metrics.log_head_timestamp.set(1.0)  # as if long ago
+    metrics.log_read(5, 5)
+    assert sample(metrics, "log_head_timestamp_seconds") == 1.0
+    assert (sample(metrics, "log_head_seq"), sample(metrics, "checkpoint_tree_size")) == (5, 5)
+    metrics.log_read(6, 5)
+    assert sample(metrics, "log_head_timestamp_seconds") == pytest.approx(first, abs=600)
+    assert sample(metrics, "checkpoints_total") == 0  # a reader writes none
+
+
+def test_serve_configured_empty_and_taken() -> None:
+    metrics = CollectorMetrics()
+    assert metrics.serve_configured("") is None
+    holder = metrics.serve("127.0.0.1:0")
+    try:
+        taken = holder.url.removeprefix("http://").removesuffix("/metrics")
+        assert CollectorMetrics().serve_configured(taken) is None
+    finally:
+        holder.close()
