@@ -17,13 +17,20 @@ counters       name                                         u64
 settings       commitment id (hex)                          DifrSettings bytes
 audit          at_ns (8) ‖ number (8)                       AuditEvent JSON
 alerts         origin                                       at_ns (8) ‖ reason ‖ NUL ‖ evidence
+alerts         origin ‖ NUL ‖ cleared_at_ns (8)             a cleared alert (see below)
 =============  ===========================================  ==========================
 
 Exactly-once rules, each one transaction: :meth:`Store.ingest` writes entries,
 their inbox items and the origin's cursor together, so after a crash intake
 resumes from the cursor and nothing is stored twice or lost. :meth:`classify`
 moves inbox items to ``pending`` or to a terminal verdict; :meth:`finish`
-writes verdicts and deletes their pending items. A verdict is put with
+writes verdicts and deletes their pending items.
+
+An alert stops intake from its origin until an operator clears it. Clearing never
+deletes the evidence: :meth:`Store.clear_alert` moves the alert to a key of its own
+(origin, NUL, when it was cleared; the value is a u32 length, a JSON header with who
+cleared it, why and what the collector showed, then the alert's value verbatim) and
+writes the audit event, in one transaction. A verdict is put with
 ``overwrite=False`` and only while its queue item still exists, so a record
 never gets two.
 
@@ -58,6 +65,7 @@ T = TypeVar("T")
 _FORMAT_VERSION = b"1"
 _ZERO_HASH = bytes(32)
 _U64 = struct.Struct(">Q")
+_U32 = struct.Struct(">I")
 _PENDING = struct.Struct(">IQQH")
 _DBS = (
     "meta",
@@ -177,6 +185,24 @@ class Alert:
     reason: str
     evidence: bytes
     at_ns: int
+
+
+@dataclass(frozen=True)
+class ClearedAlert:
+    """An alert an operator cleared, kept with its evidence."""
+
+    alert: Alert
+    cleared_at_ns: int
+    #: Who cleared it (the client certificate subject).
+    actor: str
+    #: The operator's reason.
+    why: str
+    #: What the collector showed when intake was allowed to resume (one line).
+    check: str
+
+
+class NoAlertError(StoreError):
+    """There is no alert to clear for that origin."""
 
 
 @dataclass(frozen=True)
@@ -379,13 +405,62 @@ class Store:
         self._write(lambda txn: txn.put(origin.encode(), value, db=self._dbs["alerts"]))
 
     def alerts(self) -> list[Alert]:
+        """The alerts in force (not cleared), by origin."""
+        with self._read() as txn:
+            items = list(txn.cursor(db=self._dbs["alerts"]).iternext())
+        return [_alert(bytes(k).decode(), bytes(v)) for k, v in items if b"\x00" not in k]
+
+    def clear_alert(self, origin: str, *, actor: str, why: str, check: str) -> ClearedAlert:
+        """Lift ``origin``'s alert: keep it (evidence and all) as a cleared alert saying
+        who cleared it, why, and what the collector showed, and write the audit event, in
+        one transaction. Raises NoAlertError when the origin has no alert in force."""
+        alerts = self._dbs["alerts"]
+
+        def body(txn: lmdb.Transaction) -> ClearedAlert:
+            raw = txn.get(origin.encode(), db=alerts)
+            if raw is None:
+                raise NoAlertError(f"no alert in force for {origin!r}")
+            cleared = ClearedAlert(_alert(origin, bytes(raw)), time.time_ns(), actor, why, check)
+            header = json.dumps({"actor": actor, "why": why, "check": check}).encode()
+            key = origin.encode() + b"\x00" + _U64.pack(cleared.cleared_at_ns)
+            value = _U32.pack(len(header)) + header + bytes(raw)
+            txn.put(key, value, overwrite=False, db=alerts)
+            txn.delete(origin.encode(), db=alerts)
+            self._audit(
+                txn,
+                actor,
+                "clear_intake_alert",
+                {
+                    "origin": origin,
+                    "alert_reason": cleared.alert.reason,
+                    "alert_at_ns": cleared.alert.at_ns,
+                    "why": why,
+                    "check": check,
+                },
+            )
+            return cleared
+
+        return self._write(body)
+
+    def cleared_alerts(self) -> list[ClearedAlert]:
+        """Every cleared alert, by origin, oldest first."""
         with self._read() as txn:
             items = list(txn.cursor(db=self._dbs["alerts"]).iternext())
         out = []
         for key, value in items:
-            reason, _, evidence = bytes(value[8:]).partition(b"\x00")
+            origin, nul, at = bytes(key).partition(b"\x00")
+            if not nul:
+                continue
+            (size,) = _U32.unpack_from(value)
+            header = json.loads(bytes(value[4 : 4 + size]))
             out.append(
-                Alert(bytes(key).decode(), reason.decode(), evidence, _U64.unpack(value[:8])[0])
+                ClearedAlert(
+                    _alert(origin.decode(), bytes(value[4 + size :])),
+                    _U64.unpack(at)[0],
+                    header["actor"],
+                    header["why"],
+                    header["check"],
+                )
             )
         return out
 
@@ -659,6 +734,11 @@ class Store:
         with self._read() as txn:
             values = [bytes(v) for v in txn.cursor(db=self._dbs["audit"]).iternext(keys=False)]
         return [AuditEvent(**json.loads(v)) for v in values]
+
+
+def _alert(origin: str, value: bytes) -> Alert:
+    reason, _, evidence = value[8:].partition(b"\x00")
+    return Alert(origin, reason.decode(), evidence, _U64.unpack(value[:8])[0])
 
 
 def _settings_json(settings: verifier_pb2.DifrSettings | None) -> dict[str, float] | None:

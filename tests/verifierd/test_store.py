@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import itertools
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,6 +15,7 @@ from veritap.v1 import log_pb2, verifier_pb2
 
 from verifierd.store import (
     Enqueue,
+    NoAlertError,
     Retry,
     SequenceGapError,
     Store,
@@ -172,6 +174,39 @@ def test_alerts(store: Store) -> None:
     store.set_alert("edge", "fork", b"note-a\x00note-b")
     [alert] = store.alerts()
     assert (alert.origin, alert.reason, alert.evidence) == ("edge", "fork", b"note-a\x00note-b")
+
+
+def test_a_cleared_alert_is_kept_with_its_evidence_and_audited(tmp_path: Path) -> None:
+    store = Store.open(tmp_path / "store")
+    store.set_alert("edge", "fork", b"note-a\x00note-b")
+    store.set_alert("edge-2", "gap", b"gap evidence")
+    with pytest.raises(NoAlertError):
+        store.clear_alert("edge-3", actor="CN=ops", why="?", check="")
+    cleared = store.clear_alert(
+        "edge", actor="CN=ops-admin,O=veritap", why="restored from backup", check="agrees"
+    )
+    assert (cleared.alert.origin, cleared.alert.reason) == ("edge", "fork")
+    assert cleared.alert.evidence == b"note-a\x00note-b"
+    assert [a.origin for a in store.alerts()] == ["edge-2"]
+    with pytest.raises(NoAlertError):  # once only
+        store.clear_alert("edge", actor="CN=ops", why="again", check="")
+    store.set_alert("edge", "bad_signature", b"second")
+    second = store.clear_alert("edge", actor="CN=ops", why="transient", check="agrees")
+    store.close()
+    store = Store.open(tmp_path / "store")
+    kept = store.cleared_alerts()
+    assert kept == [cleared, second]
+    [event, event2] = [e for e in store.audit_log() if e.action == "clear_intake_alert"]
+    assert event.actor == "CN=ops-admin,O=veritap"
+    assert json.loads(event.detail) == {
+        "origin": "edge",
+        "alert_reason": "fork",
+        "alert_at_ns": cleared.alert.at_ns,
+        "why": "restored from backup",
+        "check": "agrees",
+    }
+    assert json.loads(event2.detail)["alert_reason"] == "bad_signature"
+    store.close()
 
 
 def test_reopen_keeps_everything(tmp_path: Path) -> None:
