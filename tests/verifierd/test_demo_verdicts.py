@@ -18,12 +18,15 @@ COMMITTED = DifrSettings(threshold=0.05, delta_max=10.0, sample_rate=1.0)
 CALIBRATED = DifrSettings(threshold=1e-5, delta_max=1.0, sample_rate=1.0)
 
 
-def _row(seq: int, prover: str, status: str, score: float, threshold: float) -> VerdictRow:
+def _row(
+    seq: int, prover: str, status: str, score: float, threshold: float, *, changed: int = 0
+) -> VerdictRow:
     return VerdictRow(
         record_id=f"r{seq}",
         seq=seq,
         prover=prover,
         tokens=48,
+        changed=changed,
         score=score,
         status=status,
         reason="",
@@ -44,7 +47,7 @@ def _result(rows: tuple[VerdictRow, ...], in_force: DifrSettings = CALIBRATED) -
 
 GOOD = (
     _row(3, "honest", "PASS", 0.0, CALIBRATED.threshold),
-    _row(4, "dishonest", "FAIL", 0.02, CALIBRATED.threshold),
+    _row(4, "dishonest", "FAIL", 0.02, CALIBRATED.threshold, changed=3),
     replace(
         _row(5, "dishonest", "UNVERIFIABLE", 0.0, CALIBRATED.threshold), reason="no_seed", tokens=0
     ),
@@ -81,10 +84,13 @@ def test_a_verdict_decided_with_other_settings_is_a_problem() -> None:
 
 
 def test_margins_are_the_closest_scores_on_each_side() -> None:
-    rows = (*GOOD, _row(6, "dishonest", "FAIL", 0.3, CALIBRATED.threshold))
+    rows = (*GOOD, _row(6, "dishonest", "FAIL", 0.3, CALIBRATED.threshold, changed=2))
     m = margins(rows, CALIBRATED.threshold)
     assert (m.max_honest, m.min_dishonest) == (0.0, 0.02)
+    # The unseeded dishonest request (no tokens scored) does not count as unchanged.
+    assert (m.fewest_changed, m.fewest_changed_of) == (2, 48)
     assert describe_margins(m) == (
         "closest dishonest score 0.02 = 2e+03x the threshold 1e-05\n"
+        "fewest changed tokens in a dishonest response: 2 of 48\n"
         "largest honest score 0 (threshold 1e-05)"
     )

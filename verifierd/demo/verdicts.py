@@ -29,6 +29,8 @@ class VerdictRow:
     seq: int
     prover: str
     tokens: int
+    #: Scored tokens that differ from what the verifier's sampler would have chosen.
+    changed: int
     score: float
     status: str
     reason: str
@@ -68,6 +70,11 @@ class Margins:
     max_honest: float | None
     #: Smallest score of a dishonest scored response (None when there is none).
     min_dishonest: float | None
+    #: Fewest changed tokens in a dishonest scored response: Token-DiFR sees only
+    #: changed tokens, so a response with none cannot be caught at any threshold.
+    fewest_changed: int | None
+    #: Tokens of that response.
+    fewest_changed_of: int
 
 
 def _status_name(status: verifier_pb2.VerdictStatus.ValueType) -> str:
@@ -99,6 +106,7 @@ def fetch_rows(address: str, honest_port: int) -> list[VerdictRow]:
                     seq=verdict.seq,
                     prover="honest" if record.flow.server_port == honest_port else "dishonest",
                     tokens=verdict.token_count,
+                    changed=verdict.token_count - verdict.exact_matches,
                     score=verdict.score,
                     status=_status_name(verdict.status),
                     reason=verdict.reason,
@@ -164,11 +172,14 @@ def margins(rows: Sequence[VerdictRow], threshold: float) -> Margins:
     """The closest scores on either side of the threshold among scored responses."""
     scored = [r for r in rows if r.status in ("PASS", "FAIL")]
     honest = [r.score for r in scored if r.prover == "honest"]
-    dishonest = [r.score for r in scored if r.prover == "dishonest"]
+    dishonest = [r for r in scored if r.prover == "dishonest"]
+    least = min(dishonest, key=lambda r: (r.changed, r.tokens), default=None)
     return Margins(
         threshold=threshold,
         max_honest=max(honest) if honest else None,
-        min_dishonest=min(dishonest) if dishonest else None,
+        min_dishonest=min(r.score for r in dishonest) if dishonest else None,
+        fewest_changed=None if least is None else least.changed,
+        fewest_changed_of=0 if least is None else least.tokens,
     )
 
 
@@ -181,17 +192,23 @@ def describe_margins(m: Margins) -> str:
             f"closest dishonest score {m.min_dishonest:.4g} = {ratio:.3g}x "
             f"the threshold {m.threshold:.4g}"
         )
+    if m.fewest_changed is not None:
+        lines.append(
+            f"fewest changed tokens in a dishonest response: {m.fewest_changed} "
+            f"of {m.fewest_changed_of}"
+        )
     if m.max_honest is not None:
         lines.append(f"largest honest score {m.max_honest:.4g} (threshold {m.threshold:.4g})")
     return "\n".join(lines)
 
 
 def format_table(rows: Sequence[VerdictRow]) -> str:
-    header = f"{'record':<28} {'prover':<10} {'tokens':>6} {'score':>9}  verdict"
+    header = f"{'record':<28} {'prover':<10} {'tokens':>6} {'changed':>7} {'score':>9}  verdict"
     lines = [header, "-" * len(header)]
     for row in sorted(rows, key=lambda r: (r.prover, r.record_id)):
         verdict = row.status + (f" ({row.reason})" if row.reason else "")
         lines.append(
-            f"{row.record_id:<28} {row.prover:<10} {row.tokens:>6} {row.score:>9.4g}  {verdict}"
+            f"{row.record_id:<28} {row.prover:<10} {row.tokens:>6} {row.changed:>7} "
+            f"{row.score:>9.4g}  {verdict}"
         )
     return "\n".join(lines)
