@@ -1,10 +1,11 @@
 """verifierd's Prometheus metrics: one registry, one object per metric, served at /metrics.
 
-`METRICS` is the daemon's instance: intake, the scheduler and the engine pool increment its
-attributes directly (`METRICS.engine_loads.labels(commitment=cid, outcome="ok").inc()`); the
-compute-meter service feeds it the meter's readings and batch costs, and the metrics service
-(verifierd.services.metrics) counts verdicts and backlog from the store and serves it at /metrics.
-Tests make their own `VerifierMetrics()` (each has its own registry).
+`METRICS` is the daemon's instance: intake and the engine pool increment its attributes
+directly (`METRICS.engine_loads.labels(commitment=cid, outcome="ok").inc()`); the compute-meter
+service feeds it the meter's readings and batch costs and, with `[metrics] prover_url`, sets the
+vca gauge from the recent window (`set_vca`); the metrics service (verifierd.services.metrics)
+counts verdicts and backlog from the store and serves it at `[metrics] listen`. Tests make their
+own `VerifierMetrics()` (each has its own registry).
 
 Labels: `origin` (a collector), `commitment` (a commitment id), `status` (a verdict status in
 lower case: "pass", "fail", ...), `target` ("gpu0", "pid1234": what the meter measured),
@@ -13,12 +14,18 @@ lower case: "pass", "fail", ...), `target` ("gpu0", "pid1234": what the meter me
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from veritap.metrics_http import MetricsServer, serve_metrics
 from veritap.v1 import verifier_pb2
 
 from verifierd.meter.readings import Method, Reading
 from verifierd.meter.sampling import Meter, ReadingCallback
+
+if TYPE_CHECKING:  # verifierd.vca brings aiohttp and LMDB, which the metrics do not need
+    from verifierd.vca import VcaRow
 
 _PREFIX = "veritap_verifier_"
 
@@ -82,13 +89,13 @@ class VerifierMetrics:
         # Engines.
         self.engine_loads = Counter(
             _PREFIX + "engine_loads",
-            "Engine loads, by outcome (ok, failed, weights_mismatch, timeout).",
+            "Engine loads, by outcome (ok, failed, timeout).",
             ["commitment", "outcome"],
             registry=r,
         )
         self.engine_unloads = Counter(
             _PREFIX + "engine_unloads",
-            "Engine unloads, by reason (idle, evicted, failed, shutdown).",
+            "Engine unloads, by reason (idle, evicted, failed, requested, shutdown).",
             ["commitment", "reason"],
             registry=r,
         )
@@ -168,19 +175,22 @@ class VerifierMetrics:
         self.vca = Gauge(
             _PREFIX + "vca",
             "Verifier compute advantage: prover activity per generated token over verifier "
-            "activity per verified token, over the recent window.",
+            "activity per verified token, for the batches whose traffic ended in the last "
+            "[metrics] vca_window_s (absent while unknown).",
             ["commitment", "method"],
             registry=r,
         )
+        self._vca_series: set[tuple[str, str]] = set()
 
     def verdict_decided(self, commitment_id: str, status: int) -> None:
         self.verdicts.labels(commitment=commitment_id, status=status_label(status)).inc()
 
     def verdict_stored(self, verdict: verifier_pb2.Verdict) -> None:
-        """Count one stored verdict and, for a recomputed one, its prefill and scoring time."""
+        """Count one stored verdict and, for a recomputed one (scored in an engine batch), its
+        prefill and scoring time."""
         self.verdict_decided(verdict.commitment_id, verdict.status)
         timings = verdict.timings
-        if timings.prefill_ns or timings.scoring_ns:
+        if timings.batch_size:
             cid = verdict.commitment_id
             self.prefill_seconds.labels(commitment=cid).observe(timings.prefill_ns / 1e9)
             self.scoring_seconds.labels(commitment=cid).observe(timings.scoring_ns / 1e9)
@@ -206,6 +216,17 @@ class VerifierMetrics:
             self.record_reading(reading, method)
 
         return export
+
+    def set_vca(self, rows: Iterable[VcaRow]) -> None:
+        """Export the VCA of each (commitment, method) row that has one; drop the series of
+        those that no longer do (no batch in the window, or no prover reading)."""
+        fresh = {(row.commitment_id, str(row.method)): row.vca for row in rows}
+        known = {labels: vca for labels, vca in fresh.items() if vca is not None}
+        for labels in self._vca_series - known.keys():
+            self.vca.remove(*labels)
+        for (commitment, method), vca in known.items():
+            self.vca.labels(commitment=commitment, method=method).set(vca)
+        self._vca_series = set(known)
 
     def serve(self, address: str) -> MetricsServer:
         """Serve this registry at http://ADDRESS/metrics (port 0: any free port)."""

@@ -107,6 +107,15 @@ PRESETS: dict[str, ProverQuery] = {
 }
 
 
+def prover_query(name: str, batches: Sequence[BatchCost]) -> ProverQuery:
+    """The PRESETS query called `name`; "auto" picks the prover meter's CPU counters when every
+    batch was metered in CPU-seconds (a CPU host compares CPU with CPU), else DCGM."""
+    if name == "auto":
+        cpu = bool(batches) and all(b.method is Method.CPU_SECONDS for b in batches)
+        name = "cpu" if cpu else "dcgm"
+    return PRESETS[name]
+
+
 @dataclass(frozen=True, slots=True)
 class Series:
     """One series of a range query: its labels and its (time, value) points."""

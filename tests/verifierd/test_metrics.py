@@ -15,6 +15,7 @@ from verifierd.meter.cpu import CpuSampler
 from verifierd.meter.readings import Method, Reading
 from verifierd.meter.sampling import Meter
 from verifierd.metrics import VerifierMetrics, status_label
+from verifierd.vca import VcaRow
 
 S = 1_000_000_000
 
@@ -146,3 +147,45 @@ def test_serves_on_ipv6_loopback() -> None:
         server.close()
     loaded = families["gauge veritap_verifier_engines_loaded"]
     assert value(loaded, "veritap_verifier_engines_loaded") == 2
+
+
+def test_only_recomputed_verdicts_have_prefill_and_scoring_time() -> None:
+    metrics = VerifierMetrics()
+    recomputed = verifier_pb2.Verdict(commitment_id="c1", status=verifier_pb2.VERDICT_STATUS_PASS)
+    recomputed.timings.batch_size = 3
+    recomputed.timings.prefill_ns = 0  # a share that rounds to nothing is still observed
+    recomputed.timings.scoring_ns = 2_000_000
+    skipped = verifier_pb2.Verdict(commitment_id="c1", status=verifier_pb2.VERDICT_STATUS_SKIPPED)
+    metrics.verdict_stored(recomputed)
+    metrics.verdict_stored(skipped)
+
+    def sample(name: str, **labels: str) -> float | None:
+        return metrics.registry.get_sample_value(f"veritap_verifier_{name}", labels)
+
+    assert sample("verdicts_total", commitment="c1", status="pass") == 1
+    assert sample("verdicts_total", commitment="c1", status="skipped") == 1
+    assert sample("prefill_seconds_count", commitment="c1") == 1
+    assert sample("scoring_seconds_count", commitment="c1") == 1
+    assert sample("scoring_seconds_sum", commitment="c1") == pytest.approx(0.002)
+
+
+def test_vca_series_follow_the_report_rows() -> None:
+    metrics = VerifierMetrics()
+
+    def row(commitment: str, vca: float | None, method: Method = Method.NVML_GPM) -> VcaRow:
+        return VcaRow(commitment, method, 1, 1, 10, 100, 100.0, 1.0, 1.0, 4.0, vca)
+
+    def series() -> dict[tuple[str, str], float]:
+        return {
+            (s.labels["commitment"], s.labels["method"]): s.value
+            for family in metrics.registry.collect()
+            if family.name == "veritap_verifier_vca"
+            for s in family.samples
+        }
+
+    metrics.set_vca([row("c1", 4.0), row("c2", 2.5), row("c3", None)])
+    assert series() == {("c1", "nvml-gpm"): 4.0, ("c2", "nvml-gpm"): 2.5}
+    metrics.set_vca([row("c1", 5.0), row("c2", None), row("c1", 1.5, Method.CPU_SECONDS)])
+    assert series() == {("c1", "nvml-gpm"): 5.0, ("c1", "cpu-seconds"): 1.5}
+    metrics.set_vca([])
+    assert series() == {}

@@ -11,6 +11,7 @@ from types import SimpleNamespace
 import pytest
 from veritap.v1 import verifier_pb2
 
+from verifierd.config import Config, MetricsConfig
 from verifierd.engine.pool import EngineStatus
 from verifierd.metrics import VerifierMetrics
 from verifierd.services.metrics import MetricsService
@@ -27,6 +28,7 @@ def store(tmp_path: Path) -> Iterator[Store]:
 
 
 def verdict_write(seq: int, status: int, prefill_ns: int = 0) -> VerdictWrite:
+    """A verdict; with `prefill_ns`, one recomputed in an engine batch (it has a batch size)."""
     verdict = verifier_pb2.Verdict(
         record_id=f"r{seq}",
         origin="edge",
@@ -34,7 +36,9 @@ def verdict_write(seq: int, status: int, prefill_ns: int = 0) -> VerdictWrite:
         commitment_id=COMMITMENT,
         status=status,
         decided_at_ns=time.time_ns(),
-        timings=verifier_pb2.VerdictTimings(prefill_ns=prefill_ns, scoring_ns=prefill_ns // 10),
+        timings=verifier_pb2.VerdictTimings(
+            prefill_ns=prefill_ns, scoring_ns=prefill_ns // 10, batch_size=2 if prefill_ns else 0
+        ),
     )
     signed = verifier_pb2.SignedVerdict(verdict=verdict.SerializeToString())
     return VerdictWrite("edge", seq, f"r{seq}", signed, verdict)
@@ -100,3 +104,22 @@ async def test_a_taken_port_keeps_the_metrics_unserved(store: Store) -> None:
         await service.stop()
     finally:
         holder.close()
+
+
+async def test_the_address_comes_from_the_config_and_empty_serves_nothing(store: Store) -> None:
+    def context(listen: str) -> SimpleNamespace:
+        config = Config(metrics=MetricsConfig(listen=listen))
+        return SimpleNamespace(store=store, pool=SimpleNamespace(status=list), config=config)
+
+    off = MetricsService(context(""), VerifierMetrics())  # type: ignore[arg-type]
+    await off.start()
+    assert off.url is None
+    await off.stop()
+    on = MetricsService(context("127.0.0.1:0"), VerifierMetrics())  # type: ignore[arg-type]
+    await on.start()
+    try:
+        assert on.url is not None and on.url.startswith("http://127.0.0.1:")
+        with urllib.request.urlopen(on.url, timeout=5) as response:
+            assert b"veritap_verifier_engines_loaded" in response.read()
+    finally:
+        await on.stop()

@@ -1,10 +1,12 @@
 """A real Prometheus scrapes our /metrics endpoints; VCA reads the prover's activity back
 through Prometheus' HTTP API.
 
-Scraped: verifierd's metrics (prometheus-client, served by veritap.metrics_http), a stand-in
-for DCGM's exporter (a prometheus-client gauge with DCGM's metric name and labels: the exporter
-itself needs a data-center GPU), and `verifierd prover-meter` metering a process that burns a
-known amount of CPU.
+Scraped: verifierd's metrics (prometheus-client, served by veritap.metrics_http), a collector's
+metrics (fed the way `collector run` feeds them), a stand-in for DCGM's exporter (a
+prometheus-client gauge with DCGM's metric name and labels: the exporter itself needs a
+data-center GPU), and `verifierd prover-meter` metering a process that burns a known amount of
+CPU. verifierd's vca gauge is computed from a cost log and the DCGM stand-in read back through
+Prometheus, and Prometheus then scrapes it.
 """
 
 from __future__ import annotations
@@ -19,10 +21,16 @@ import aiohttp
 import pytest
 from prometheus_client import CollectorRegistry, Gauge
 from veritap.metrics_http import serve_metrics
+from veritap.v1 import record_pb2
 
+from collector.metrics import CaptureFeed, CaptureTotals, CollectorMetrics
 from tests.verifierd.prometheus_server import PROMETHEUS, SCRAPE_INTERVAL_S, PrometheusServer
 from tests.verifierd.prover_meter_process import prover_meter
+from verifierd.config import MetricsConfig
+from verifierd.cost_log import BatchCost, CostLog
+from verifierd.meter.readings import Method
 from verifierd.metrics import VerifierMetrics
+from verifierd.services.compute_meter import VcaGauge
 from verifierd.vca import (
     DCGM_TENSOR_ACTIVE,
     PRESETS,
@@ -83,14 +91,18 @@ async def test_prometheus_scrapes_and_vca_reads_back(
                    ["gpu", "UUID", "modelName"], registry=dcgm_registry)  # fmt: skip
     gpu0 = tensor.labels(gpu="0", UUID="GPU-0000", modelName="NVIDIA H200")
     gpu0.set(0.0)
+    collector = CollectorMetrics()
+    CaptureFeed(collector, "eth1").update(CaptureTotals(1200, 900_000, 3, 4, {"fin": 4}, 0))
+    collector.records_appended([record_pb2.CAPTURE_QUALITY_COMPLETE] * 7)
     verifier_server = verifier.serve("127.0.0.1:0")
+    collector_server = collector.serve("127.0.0.1:0")
     dcgm_server = serve_metrics(dcgm_registry, "127.0.0.1:0")
-    prometheus = PrometheusServer(
-        tmp_path, [hostport(verifier_server.url), hostport(dcgm_server.url), meter_address]
-    )
+    targets = [verifier_server.url, collector_server.url, dcgm_server.url]
+    prometheus = PrometheusServer(tmp_path, [*map(hostport, targets), meter_address])
+    costs = CostLog.open(tmp_path / "costs")
     try:
         prometheus.wait_ready()
-        prometheus.wait_targets_up(3)
+        prometheus.wait_targets_up(4)
 
         # Tensor pipes 50 % busy for a while, then idle again.
         start = time.time_ns()
@@ -131,7 +143,58 @@ async def test_prometheus_scrapes_and_vca_reads_back(
                 'veritap_verifier_verdicts_total{status="pass"}', end, end + S, 1.0
             )
             assert [p.value for p in verdicts[0].points][-1] == 2.0
+            now = time.time_ns()
+            packets = await client.query_range("veritap_collector_packets_total", now, now, 1.0)
+            [series] = packets
+            labels = {k: v for k, v in series.labels if k != "instance"}  # instance: a port
+            assert labels == {"__name__": "veritap_collector_packets_total", "job": "veritap",
+                              "source": "eth1"}  # fmt: skip
+            assert series.points[-1].value == 1200.0
+            records = await client.query_range(
+                'veritap_collector_records_total{quality="complete"}', now, now, 1.0
+            )
+            assert records[0].points[-1].value == 7.0
+
+            # verifierd's vca gauge: one batch verified the 2 s of tensor activity above at a
+            # quarter of the prover's cost per token; Prometheus reads the gauge back.
+            costs.append(
+                verified_batch(start, end, activity_seconds=0.25 * 0.5 * (end - start) / S)
+            )
+            config = MetricsConfig(prover_url=prometheus.url, prover="dcgm")
+            gauge = VcaGauge(costs.between, client, config, verifier)
+            report = await gauge.refresh()
+            [row] = report.rows
+            assert row.vca == pytest.approx(4.0, rel=0.5)
+            time.sleep(5 * SCRAPE_INTERVAL_S)
+            now = time.time_ns()
+            scraped = await client.query_range(
+                'veritap_verifier_vca{commitment="c1"}', now, now, 1.0
+            )
+            assert scraped[0].points[-1].value == pytest.approx(row.vca)
     finally:
+        costs.close()
         prometheus.stop()
         verifier_server.close()
+        collector_server.close()
         dcgm_server.close()
+
+
+def verified_batch(start_ns: int, end_ns: int, *, activity_seconds: float) -> BatchCost:
+    return BatchCost(
+        batch_id="b1",
+        commitment_id="c1",
+        method=Method.NVML_GPM,
+        start_ns=end_ns,
+        end_ns=end_ns + S,
+        targets=("gpu0",),
+        activity_seconds=activity_seconds,
+        sm_seconds=None,
+        dram_seconds=None,
+        covered_seconds=1.0,
+        records=1,
+        prompt_tokens=10,
+        completion_tokens=100,
+        sample_rate=1.0,
+        traffic_start_ns=start_ns,
+        traffic_end_ns=end_ns,
+    )

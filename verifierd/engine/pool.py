@@ -10,6 +10,9 @@ thread; :meth:`EnginePool.status` may be called from any thread at any time.
 Memory is budgeted by :mod:`verifierd.engine.placement`: loading an engine that
 does not fit unloads idle engines, least recently used first. Engines idle for
 ``idle_unload_s`` are unloaded by :meth:`EnginePool.unload_idle`.
+
+Every load is counted in the metrics by outcome (ok, failed, timeout) with its time to
+ready, and every unload by reason (idle, evicted, failed, requested, shutdown).
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ from verifierd.engine.protocol import (
 )
 from verifierd.engine.worker import main as worker_main
 from verifierd.errors import VerifierdError
+from verifierd.metrics import METRICS, VerifierMetrics
 
 log = logging.getLogger(__name__)
 
@@ -116,8 +120,9 @@ class _Engine:
 
 
 class EnginePool:
-    def __init__(self, config: EnginesConfig) -> None:
+    def __init__(self, config: EnginesConfig, metrics: VerifierMetrics = METRICS) -> None:
         self._config = config
+        self._metrics = metrics
         self._ctx = multiprocessing.get_context("spawn")
         self._lock = threading.Lock()
         self._engines: dict[str, _Engine] = {}
@@ -170,7 +175,9 @@ class EnginePool:
         for victim in victims:
             log.info("evicting engine", extra={"commitment_id": victim.commitment_id})
             _stop(victim)
+            self._unloaded(victim.commitment_id, "evicted")
         engine = self._spawn(commitment, model_dir, need, placement.gpus)
+        loading = time.monotonic()
         try:
             ready = self._wait_ready(engine)
         except EngineLoadError as exc:
@@ -178,7 +185,12 @@ class EnginePool:
                 self._engines.pop(cid, None)
                 self._failures[cid] = (time.time_ns(), str(exc))
             _stop(engine)
+            timed_out = time.monotonic() - loading >= self._config.load_timeout_s
+            outcome = "timeout" if timed_out else "failed"
+            self._metrics.engine_loads.labels(commitment=cid, outcome=outcome).inc()
             raise
+        self._metrics.engine_loads.labels(commitment=cid, outcome="ok").inc()
+        self._metrics.engine_load_seconds.labels(commitment=cid).observe(time.monotonic() - loading)
         with self._lock:
             engine.ready = ready
             engine.state = verifier_pb2.ENGINE_STATE_READY
@@ -269,21 +281,28 @@ class EnginePool:
 
     # -- unloading ----------------------------------------------------------------------
 
+    def _unloaded(self, commitment_id: str, reason: str) -> None:
+        self._metrics.engine_unloads.labels(commitment=commitment_id, reason=reason).inc()
+
     def _drop(self, engine: _Engine, reason: str) -> None:
         with self._lock:
             if self._engines.get(engine.commitment_id) is engine:
                 del self._engines[engine.commitment_id]
             self._failures[engine.commitment_id] = (time.time_ns(), reason)
         _stop(engine)
+        self._unloaded(engine.commitment_id, "failed")
 
-    def unload(self, commitment_id: str) -> bool:
+    def unload(self, commitment_id: str, *, reason: str = "requested") -> bool:
+        """Unload the commitment's engine if it is ready (not loading or busy); `reason`
+        labels the unload in the metrics."""
         with self._lock:
             engine = self._engines.get(commitment_id)
             if engine is None or engine.state != verifier_pb2.ENGINE_STATE_READY:
                 return False
             del self._engines[commitment_id]
         _stop(engine)
-        log.info("engine unloaded", extra={"commitment_id": commitment_id})
+        self._unloaded(commitment_id, reason)
+        log.info("engine unloaded", extra={"commitment_id": commitment_id, "reason": reason})
         return True
 
     def unload_idle(self, now_ns: int | None = None) -> list[str]:
@@ -296,7 +315,7 @@ class EnginePool:
                 for cid, e in self._engines.items()
                 if e.state == verifier_pb2.ENGINE_STATE_READY and now_ns - e.last_used_ns >= limit
             ]
-        return [cid for cid in idle if self.unload(cid)]
+        return [cid for cid in idle if self.unload(cid, reason="idle")]
 
     def close(self) -> None:
         with self._lock:
@@ -304,6 +323,8 @@ class EnginePool:
             self._engines.clear()
         for engine in engines:
             _stop(engine)
+            if engine.ready is not None:
+                self._unloaded(engine.commitment_id, "shutdown")
 
     def status(self) -> list[EngineStatus]:
         with self._lock:

@@ -8,16 +8,27 @@ daemon's children, each followed from within a second of its start. The service 
 BatchCost for `verifierd vca`, and METRICS gets the activity. When the meter cannot work (a
 CUDA host without NVML) or the cost log cannot open, the service says why in the log and the
 daemon runs without costs.
+
+With `[metrics] prover_url` set, a `VcaGauge` recomputes the VCA of the batches whose traffic
+ended in the last `vca_window_s` every `vca_interval_s` -- the same report as `verifierd vca
+--from=-WINDOW`, from this cost log and the prover's activity read from that Prometheus (or
+prover meter) -- and sets METRICS.vca per commitment and method.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import os
 import threading
+import time
+from collections.abc import Callable, Sequence
 
+import aiohttp
 from veritap.v1 import verifier_pb2
 
+from verifierd.config import MetricsConfig
 from verifierd.cost_log import BatchCost, CostLog, CostLogError, cost_log_dir
 from verifierd.daemon import DaemonContext
 from verifierd.meter.cpu import CpuSampler
@@ -27,6 +38,16 @@ from verifierd.meter.sampling import Meter, Sampler
 from verifierd.meter.selection import open_gpu_sampler
 from verifierd.metrics import METRICS, VerifierMetrics
 from verifierd.pipeline import EngineBatch
+from verifierd.vca import (
+    PrometheusClient,
+    ProverActivity,
+    VcaError,
+    VcaReport,
+    build_report,
+    measure_prover,
+    prover_query,
+    traffic_span,
+)
 
 log = logging.getLogger(__name__)
 
@@ -82,6 +103,11 @@ class BatchCostRecorder:
             window_end_ns=cost.end_ns,
         )
 
+    def between(self, from_ns: int, to_ns: int) -> list[BatchCost]:
+        """The logged batches whose traffic ended in [from_ns, to_ns] (none once closed)."""
+        with self._lock:
+            return [] if self._closed else self._log.between(from_ns, to_ns)
+
     def close(self) -> None:
         """Stop the meter and close the cost log; later batches get no cost."""
         with self._lock:
@@ -92,12 +118,78 @@ class BatchCostRecorder:
             self._log.close()
 
 
+class VcaGauge:
+    """The VCA of the recent window, recomputed every `vca_interval_s` into `metrics.vca`.
+
+    `batches(from_ns, to_ns)` gives the cost log's batches whose traffic ended in the window.
+    """
+
+    def __init__(
+        self,
+        batches: Callable[[int, int], list[BatchCost]],
+        client: PrometheusClient,
+        config: MetricsConfig,
+        metrics: VerifierMetrics,
+    ) -> None:
+        self._batches = batches
+        self._client = client
+        self._config = config
+        self._metrics = metrics
+        self._problem = ""
+        #: The last report (what GetStats could show too).
+        self.latest: VcaReport | None = None
+
+    async def refresh(self, now_ns: int | None = None) -> VcaReport:
+        """One report over [now - vca_window_s, now]; exported, kept in `latest`, returned."""
+        to_ns = time.time_ns() if now_ns is None else now_ns
+        from_ns = to_ns - round(self._config.vca_window_s * 1e9)
+        batches = await asyncio.to_thread(self._batches, from_ns, to_ns)
+        prover = await self._prover(batches, from_ns, to_ns) if batches else None
+        report = build_report(batches, prover, from_ns, to_ns)
+        self._metrics.set_vca(report.rows)
+        self.latest = report
+        return report
+
+    async def _prover(
+        self, batches: Sequence[BatchCost], from_ns: int, to_ns: int
+    ) -> ProverActivity | None:
+        query = prover_query(self._config.prover, batches)
+        start, end = traffic_span(batches, from_ns, to_ns)
+        try:
+            prover = await measure_prover(self._client, query, start, end)
+        except VcaError as exc:
+            self._say(str(exc))
+            return None
+        self._say("" if prover.series else f"the prover query returned no series: {query.query}")
+        return prover
+
+    def _say(self, problem: str) -> None:
+        """Log a prover problem (or its end) once, not at every refresh."""
+        if problem != self._problem:
+            if problem:
+                log.warning("vca gauge: no prover reading", extra={"reason": problem})
+            else:
+                log.info("vca gauge: prover readings back", extra={"url": self._client.base_url})
+            self._problem = problem
+
+    async def run(self) -> None:
+        while True:
+            try:
+                await self.refresh()
+            except Exception:
+                log.exception("vca gauge refresh failed")
+            await asyncio.sleep(self._config.vca_interval_s)
+
+
 class ComputeMeterService:
     name = "compute-meter"
 
     def __init__(self, context: DaemonContext) -> None:
         self._context = context
         self._recorder: BatchCostRecorder | None = None
+        self._session: aiohttp.ClientSession | None = None
+        self._vca_task: asyncio.Task[None] | None = None
+        self.vca: VcaGauge | None = None
 
     def _sampler(self) -> Sampler:
         engines = self._context.config.engines
@@ -126,8 +218,23 @@ class ComputeMeterService:
         self._recorder = BatchCostRecorder(meter, cost_log, METRICS)
         self._context.pipeline.set_batch_meter(self._recorder)
         log.info("compute meter running", extra={"method": str(meter.method)})
+        metrics = self._context.config.metrics
+        if metrics.prover_url:
+            timeout = aiohttp.ClientTimeout(total=max(1.0, min(30.0, metrics.vca_interval_s)))
+            self._session = aiohttp.ClientSession(timeout=timeout)
+            client = PrometheusClient(metrics.prover_url, self._session)
+            self.vca = VcaGauge(self._recorder.between, client, metrics, METRICS)
+            self._vca_task = asyncio.create_task(self.vca.run(), name="vca-gauge")
 
     async def stop(self) -> None:
+        if self._vca_task is not None:
+            self._vca_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._vca_task
+            self._vca_task = None
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
         if self._recorder is not None:
             self._recorder.close()
             self._recorder = None

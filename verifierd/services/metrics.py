@@ -2,9 +2,9 @@
 
 Counts every stored verdict by commitment and status (with its prefill and scoring time) from
 the store's verdict listener, refreshes the backlog and loaded-engine gauges every
-`POLL_S` seconds, and serves `verifierd.metrics.METRICS` at `LISTEN`. The listen address is
-fixed until the configuration grows a [metrics] table; when it is taken (a second verifierd on
-the host) the service says so in the log and the metrics are still kept, just not served.
+`POLL_S` seconds, and serves `verifierd.metrics.METRICS` at `[metrics] listen` ("": not
+served). When the address is taken (a second verifierd on the host) the service says so in the
+log and the metrics are still kept, just not served.
 """
 
 from __future__ import annotations
@@ -24,7 +24,6 @@ from verifierd.store import StoredVerdict
 
 log = logging.getLogger(__name__)
 
-LISTEN = "127.0.0.1:9401"
 POLL_S = 2.0
 _LOADED = (verifier_pb2.ENGINE_STATE_READY, verifier_pb2.ENGINE_STATE_BUSY)
 
@@ -33,11 +32,12 @@ class MetricsService:
     name = "metrics"
 
     def __init__(
-        self, context: DaemonContext, metrics: VerifierMetrics = METRICS, listen: str = LISTEN
+        self, context: DaemonContext, metrics: VerifierMetrics = METRICS, listen: str | None = None
     ) -> None:
+        """`listen` overrides `[metrics] listen`."""
         self._context = context
         self._metrics = metrics
-        self._listen = listen
+        self._listen = context.config.metrics.listen if listen is None else listen
         self._running = False
         self._task: asyncio.Task[None] | None = None
         self._server: MetricsServer | None = None
@@ -80,12 +80,14 @@ class MetricsService:
 
     async def start(self) -> None:
         self._running = True
-        try:
-            self._server = self._metrics.serve(self._listen)
-        except OSError as exc:
-            log.warning(
-                "metrics kept but not served", extra={"listen": self._listen, "reason": str(exc)}
-            )
+        if self._listen:
+            try:
+                self._server = self._metrics.serve(self._listen)
+            except OSError as exc:
+                log.warning(
+                    "metrics kept but not served",
+                    extra={"listen": self._listen, "reason": str(exc)},
+                )
         self._task = asyncio.create_task(self._poll(), name="metrics-refresh")
 
     async def stop(self) -> None:
