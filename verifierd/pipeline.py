@@ -39,7 +39,11 @@ from verifierd.commitments import Commitment, CommitmentRegistry, DifrSettings
 from verifierd.config import Config
 from verifierd.engine.backend import ScoreRequest, ScoreResult
 from verifierd.engine.pool import EngineError, EnginePool, EngineRef
-from verifierd.request_sampling import SamplingNotReproducibleError, request_sampling
+from verifierd.request_sampling import (
+    SamplingNotReproducibleError,
+    request_replay,
+    request_sampling,
+)
 from verifierd.samplers import get_profile
 from verifierd.store import (
     Enqueue,
@@ -493,7 +497,7 @@ def score_requests(
 
     Raises SamplingNotReproducibleError or TokensUnavailable."""
     api = record.api
-    sampling = request_sampling(
+    replay = request_replay(
         api.sampling, commitment.generation_defaults, get_profile(commitment.sampler_profile)
     )
     tokens = reconstruct_tokens(record, model_dir)
@@ -504,7 +508,8 @@ def score_requests(
             request_id=f"{prefix}/{c.index}",
             prompt_token_ids=c.prompt_ids,
             output_token_ids=c.output_ids,
-            sampling=sampling.for_choice(c.index % n, n),
+            sampling=replay.settings.for_choice(c.index % n, n),
+            adjustments=replay.adjustments,
         )
         for c in tokens.choices
     )

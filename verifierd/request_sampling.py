@@ -7,9 +7,16 @@ default. With ``n > 1`` it fans the request out into child requests whose seeds
 are ``seed + index`` (:meth:`SamplingSettings.for_choice`). A temperature below
 1e-5 is greedy, and needs no seed.
 
-Request parameters are checked against an allowlist: a field this module does
-not know to be harmless, set to anything but its neutral value, makes the
-record ``sampler_not_reproducible`` instead of risking a FAIL of honest traffic.
+The logit-changing parameters vLLM applies before temperature (repetition,
+frequency and presence penalties, ``logit_bias``, ``min_tokens`` with
+``stop_token_ids``, ``allowed_token_ids``, ``bad_words``) become the response's
+`LogitAdjustments`, which the scorer replays exactly (verifierd.logit_adjustments).
+
+Every other request parameter is checked against an allowlist: a field this
+module does not know to be harmless, set to anything but its neutral value
+(structured output, tool_choice "required", beam search, custom logits
+processors through ``vllm_xargs``, thinking budgets, watermarking, ...), makes
+the record ``sampler_not_reproducible`` instead of risking a FAIL of honest traffic.
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from veritap.v1 import record_pb2
@@ -24,6 +32,7 @@ from veritap.v1 import record_pb2
 from verifierd.commitments import GenerationDefaults
 from verifierd.difr import DifrError, SamplingSettings, reproducibility_problem
 from verifierd.errors import VerifierdError
+from verifierd.logit_adjustments import LogitAdjustmentError, LogitAdjustments
 from verifierd.samplers import SamplerProfile
 from verifierd.verdicts import Reason
 
@@ -41,7 +50,6 @@ _HARMLESS = frozenset(
         "max_tokens",
         "max_completion_tokens",
         "stop",
-        "stop_token_ids",
         "stream",
         "stream_options",
         "logprobs",
@@ -80,13 +88,22 @@ _HARMLESS = frozenset(
 _NEUTRAL: Mapping[str, Any] = {
     "tool_choice": ("none", "auto"),
     "response_format": ({"type": "text"},),
-    "min_tokens": (0,),
     "best_of": (1,),
-    # Also read from the typed fields (and the committed defaults) below.
-    "presence_penalty": (0,),
-    "frequency_penalty": (0,),
-    "repetition_penalty": (1,),
 }
+
+#: Fields read into LogitAdjustments (the penalties also have typed fields).
+_ADJUSTMENTS = frozenset(
+    {
+        "repetition_penalty",
+        "frequency_penalty",
+        "presence_penalty",
+        "logit_bias",
+        "allowed_token_ids",
+        "min_tokens",
+        "stop_token_ids",
+        "bad_words",
+    }
+)
 
 
 _FloatField = Literal[
@@ -103,32 +120,55 @@ class SamplingNotReproducibleError(VerifierdError):
         self.detail = detail
 
 
+@dataclass(frozen=True)
+class RequestReplay:
+    """Everything about a request's sampling that the scorer replays."""
+
+    settings: SamplingSettings
+    adjustments: LogitAdjustments
+
+
 def request_sampling(
     sampling: record_pb2.SamplingParams, defaults: GenerationDefaults, profile: SamplerProfile
 ) -> SamplingSettings:
     """The SamplingSettings the prover applied to a request (choice i of an n-choice
     request: ``.for_choice(i, n)``), or SamplingNotReproducibleError saying why not."""
-    _check_params(sampling.params_json)
+    return request_replay(sampling, defaults, profile).settings
+
+
+def request_replay(
+    sampling: record_pb2.SamplingParams, defaults: GenerationDefaults, profile: SamplerProfile
+) -> RequestReplay:
+    """The settings and logit adjustments the prover applied to a request (the same
+    for every choice), or SamplingNotReproducibleError saying why they cannot be replayed."""
+    params = _check_params(sampling.params_json)
 
     def pick(field: _FloatField, default: float) -> float:
-        value = float(getattr(sampling, field)) if sampling.HasField(field) else default
+        if sampling.HasField(field):
+            value = float(getattr(sampling, field))
+        elif params.get(field) is not None:
+            value = _number(field, params[field])
+        else:
+            value = default
         if not math.isfinite(value):
             raise SamplingNotReproducibleError(
                 Reason.SAMPLER_NOT_REPRODUCIBLE, f"{field} is {value}"
             )
         return value
 
-    penalties: tuple[tuple[_FloatField, float, float], ...] = (
-        ("repetition_penalty", 1.0, defaults.repetition_penalty),
-        ("presence_penalty", 0.0, defaults.presence_penalty),
-        ("frequency_penalty", 0.0, defaults.frequency_penalty),
-    )
-    for field, neutral, default in penalties:
-        value = pick(field, default)
-        if value != neutral:
-            raise SamplingNotReproducibleError(
-                Reason.SAMPLER_NOT_REPRODUCIBLE, f"{field} {value} changes the logits"
-            )
+    try:
+        adjustments = LogitAdjustments.from_request(
+            repetition_penalty=pick("repetition_penalty", defaults.repetition_penalty),
+            frequency_penalty=pick("frequency_penalty", defaults.frequency_penalty),
+            presence_penalty=pick("presence_penalty", defaults.presence_penalty),
+            logit_bias=_logit_bias(params.get("logit_bias")),
+            allowed_token_ids=_ids("allowed_token_ids", params.get("allowed_token_ids")),
+            min_tokens=_count("min_tokens", params.get("min_tokens")),
+            stop_token_ids=_ids("stop_token_ids", params.get("stop_token_ids")),
+            bad_words=_words(params.get("bad_words")),
+        )
+    except LogitAdjustmentError as exc:
+        raise SamplingNotReproducibleError(Reason.SAMPLER_NOT_REPRODUCIBLE, str(exc)) from exc
     try:
         settings = SamplingSettings(
             temperature=pick("temperature", defaults.temperature),
@@ -148,12 +188,14 @@ def request_sampling(
     problem = reproducibility_problem(settings, profile)
     if problem is not None:
         raise SamplingNotReproducibleError(Reason.SAMPLER_NOT_REPRODUCIBLE, problem)
-    return settings
+    return RequestReplay(settings, adjustments)
 
 
-def _check_params(params_json: str) -> None:
+def _check_params(params_json: str) -> dict[str, Any]:
+    """The request's parameters, refused when one changes the sampling in a way that
+    cannot be replayed."""
     if not params_json:
-        return
+        return {}
     try:
         params = json.loads(params_json)
     except json.JSONDecodeError as exc:
@@ -165,7 +207,7 @@ def _check_params(params_json: str) -> None:
             Reason.SAMPLER_NOT_REPRODUCIBLE, "request parameters are not a JSON object"
         )
     for key, value in sorted(params.items()):
-        if key in _HARMLESS or value in (None, False, "", [], {}):
+        if key in _HARMLESS or key in _ADJUSTMENTS or value in (None, False, "", [], {}):
             continue
         if value in _NEUTRAL.get(key, ()):
             continue
@@ -174,3 +216,57 @@ def _check_params(params_json: str) -> None:
         else:
             detail = f"request parameter {key}={json.dumps(value)[:80]} changes what is sampled"
         raise SamplingNotReproducibleError(Reason.SAMPLER_NOT_REPRODUCIBLE, detail)
+    return params
+
+
+def _refuse(detail: str) -> SamplingNotReproducibleError:
+    return SamplingNotReproducibleError(Reason.SAMPLER_NOT_REPRODUCIBLE, detail)
+
+
+def _number(field: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise _refuse(f"{field}={json.dumps(value)[:80]} is not a number")
+    return float(value)
+
+
+def _count(field: str, value: Any) -> int:
+    if value is None:
+        return 0
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise _refuse(f"{field}={json.dumps(value)[:80]} is not an integer")
+    return value
+
+
+def _ids(field: str, value: Any) -> tuple[int, ...]:
+    """A list of token ids (None and [] mean none, as vLLM treats them)."""
+    if value is None:
+        return ()
+    if not isinstance(value, list):
+        raise _refuse(f"{field} is not a list of token ids")
+    return tuple(_count(field, v) for v in value)
+
+
+def _logit_bias(value: Any) -> dict[int, float]:
+    """vLLM's reading: each key an integer token id, each value a number."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise _refuse("logit_bias is not an object")
+    out: dict[int, float] = {}
+    for key, bias in value.items():
+        try:
+            token = int(key)
+        except ValueError:
+            raise _refuse(f"logit_bias key {key!r} is not a token id") from None
+        out[token] = _number("logit_bias", bias)
+        if not math.isfinite(out[token]):
+            raise _refuse(f"logit_bias of {token} is {out[token]}")
+    return out
+
+
+def _words(value: Any) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, list) or not all(isinstance(w, str) for w in value):
+        raise _refuse("bad_words is not a list of strings")
+    return tuple(value)

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from verifierd.difr import SamplingSettings, score_margins
 from verifierd.engine.scoring_job import JobOutcome, JobSpec, ScoringJob, ScoringJobError
+from verifierd.logit_adjustments import AdjustmentPlan, LogitAdjustments
 from verifierd.samplers import get_profile
 
 WIDTH, HIDDEN = 97, 16
@@ -99,9 +100,91 @@ def test_ranks_without_logits_make_the_same_calls() -> None:
     assert b.done and not b.error and b.holds_logits is False
 
 
+ADJUSTED = LogitAdjustments.from_request(
+    repetition_penalty=1.3,
+    frequency_penalty=0.5,
+    presence_penalty=0.25,
+    logit_bias={3: 4.0, 50: -2.5},
+    allowed_token_ids=range(0, WIDTH, 2),
+    min_tokens=3,
+    stop_token_ids=[4],
+    bad_words=["x"],
+)
+STOPS, BAD_WORDS = (0, 4), ((6,), (8, 10))
+
+
+@settings(max_examples=20, deadline=None)
+@given(
+    st.integers(1, 12),
+    st.integers(1, 20),
+    st.lists(st.integers(1, 9), min_size=1, max_size=40),
+    st.sampled_from([SamplingSettings(0.0), SamplingSettings(0.8, top_p=0.9, seed=4)]),
+)
+def test_chunked_feeding_replays_the_logit_adjustments(
+    prompt_len: int, n_out: int, cuts: list[int], s: SamplingSettings
+) -> None:
+    hidden, tokens = _case(prompt_len, n_out, prompt_len * 100 + n_out)
+    spec = JobSpec("j", prompt_len, n_out, s, "vllm-v1-exponential-fp64", 3, ADJUSTED)
+    job = ScoringJob(spec, WIDTH, CPU, stop_token_ids=STOPS, bad_words_token_ids=BAD_WORDS)
+    pos = 0
+    for step in [*cuts, len(tokens)]:
+        if pos >= len(tokens) or job.done:
+            break
+        job.feed(pos, hidden[pos : pos + step], tokens, _logits)
+        pos += step
+    assert job.done and not job.error
+    got = job.outcome().margins()
+    raw = _logits(hidden[prompt_len - 1 : prompt_len - 1 + n_out])
+    plan = AdjustmentPlan(
+        ADJUSTED,
+        tokens[:prompt_len],
+        tokens[prompt_len:],
+        WIDTH,
+        CPU,
+        stop_token_ids=STOPS,
+        bad_words_token_ids=BAD_WORDS,
+    )
+    profile = get_profile("vllm-v1-exponential-fp64")
+    expected = score_margins(
+        plan.apply(raw, 0), tokens[prompt_len:], s, profile, prompt_len=prompt_len, delta_max=1e9
+    )
+    assert np.array_equal(np.minimum(got, 1e9), expected.margins)
+
+
+def test_greedy_output_under_adjustments_scores_zero_only_with_them() -> None:
+    """Greedy "generation" through the fake lm_head, token by token with the
+    adjustments applied to each row given the output so far."""
+    prompt_len, n_out = 6, 24
+    hidden, tokens = _case(prompt_len, n_out, 5)
+    tokens = tokens[:prompt_len]
+    for t in range(n_out):
+        plan = AdjustmentPlan(
+            ADJUSTED,
+            tokens[:prompt_len],
+            [*tokens[prompt_len:], 0],
+            WIDTH,
+            CPU,
+            stop_token_ids=STOPS,
+            bad_words_token_ids=BAD_WORDS,
+        )
+        row = plan.apply(_logits(hidden[prompt_len - 1 + t : prompt_len + t]), t)
+        tokens.append(int(row.argmax()))
+    margins: dict[str, np.ndarray] = {}
+    for name, adjustments in (("with", ADJUSTED), ("without", LogitAdjustments())):
+        spec = JobSpec("g", prompt_len, n_out, SamplingSettings(0.0), "greedy", 5, adjustments)
+        job = ScoringJob(spec, WIDTH, CPU, stop_token_ids=STOPS, bad_words_token_ids=BAD_WORDS)
+        job.feed(0, hidden, tokens, _logits)
+        assert job.done and not job.error
+        margins[name] = job.outcome().margins()
+    assert margins["with"].tolist() == [0.0] * n_out
+    assert np.count_nonzero(margins["without"]) > n_out // 4
+
+
 def test_job_specs_round_trip_through_extra_args() -> None:
     spec = _spec(3, 4, SamplingSettings(0.5, 7, 0.95, 0.01, 2**62))
     assert JobSpec.from_extra(spec.to_extra()) == spec
+    adjusted = JobSpec("k", 3, 4, SamplingSettings(0.0), "greedy", 2, ADJUSTED)
+    assert JobSpec.from_extra(adjusted.to_extra()) == adjusted
     assert JobSpec.from_extra({"other": 1}) is None
     assert JobSpec.from_extra(None) is None
     with pytest.raises(ScoringJobError):

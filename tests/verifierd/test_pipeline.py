@@ -110,7 +110,7 @@ def test_every_record_gets_exactly_one_signed_verdict(rig: Rig) -> None:
         Exchange("greedy-unseeded", seed=None, temperature=0.0),
         Exchange("other-model", model="unknown"),
         Exchange("http-error", status=500, outputs=()),
-        Exchange("penalty", extra_params={"presence_penalty": 1.0}),
+        Exchange("json-mode", extra_params={"response_format": {"type": "json_object"}}),
         Exchange("two-choices", outputs=((5, 6), (1200, 6))),
         Exchange("long-honest", outputs=(tuple(range(10, 200)),)),
     ]
@@ -128,7 +128,7 @@ def test_every_record_gets_exactly_one_signed_verdict(rig: Rig) -> None:
         "greedy-unseeded": (PASS, ""),
         "other-model": (UNVERIFIABLE, "unknown_commitment"),
         "http-error": (UNVERIFIABLE, "no_output"),
-        "penalty": (UNVERIFIABLE, "sampler_not_reproducible"),
+        "json-mode": (UNVERIFIABLE, "sampler_not_reproducible"),
         "two-choices": (FAIL, ""),
         "long-honest": (PASS, ""),
         "refused": (UNVERIFIABLE, "tokens_unavailable"),

@@ -12,7 +12,12 @@ from veritap.v1 import record_pb2
 
 from verifierd.commitments import GenerationDefaults
 from verifierd.difr import SamplingSettings
-from verifierd.request_sampling import SamplingNotReproducibleError, request_sampling
+from verifierd.logit_adjustments import LogitAdjustments
+from verifierd.request_sampling import (
+    SamplingNotReproducibleError,
+    request_replay,
+    request_sampling,
+)
 from verifierd.samplers import get_profile
 from verifierd.verdicts import Reason
 
@@ -63,15 +68,26 @@ def test_greedy_profile_cannot_verify_sampling() -> None:
 @pytest.mark.parametrize(
     ("fields", "needle"),
     [
-        ({"presence_penalty": 0.5}, "presence_penalty"),
-        ({"repetition_penalty": 1.1}, "repetition_penalty"),
-        ({"extra": {"logit_bias": {"5": 10}}}, "logit_bias"),
         ({"extra": {"response_format": {"type": "json_object"}}}, "response_format"),
         ({"extra": {"tool_choice": "required"}}, "tool_choice"),
-        ({"extra": {"min_tokens": 4}}, "min_tokens"),
+        ({"extra": {"structured_outputs": {"regex": "a+"}}}, "structured_outputs"),
         ({"extra": {"use_beam_search": True}}, "beam search"),
         ({"extra": {"guided_regex": "a+"}}, "guided_regex"),
+        ({"extra": {"vllm_xargs": {"my_logits_processor": 1}}}, "vllm_xargs"),
+        ({"extra": {"thinking_token_budget": 10}}, "thinking_token_budget"),
+        ({"extra": {"watermarking": True}}, "watermarking"),
         ({"extra": {"some_future_knob": 3}}, "some_future_knob"),
+        ({"presence_penalty": 2.5}, "presence_penalty"),
+        ({"repetition_penalty": 0.0}, "repetition_penalty"),
+        ({"extra": {"frequency_penalty": "0.5"}}, "frequency_penalty"),
+        ({"extra": {"logit_bias": {"x": 1}}}, "logit_bias"),
+        ({"extra": {"logit_bias": {"5": "big"}}}, "logit_bias"),
+        ({"extra": {"logit_bias": [5, 1]}}, "logit_bias"),
+        ({"extra": {"min_tokens": -1}}, "min_tokens"),
+        ({"extra": {"min_tokens": 2.5}}, "min_tokens"),
+        ({"extra": {"allowed_token_ids": [1, "2"]}}, "allowed_token_ids"),
+        ({"extra": {"stop_token_ids": 7}}, "stop_token_ids"),
+        ({"extra": {"bad_words": ["ok", 3]}}, "bad_words"),
     ],
 )
 def test_parameters_that_change_sampling(fields: dict[str, Any], needle: str) -> None:
@@ -92,9 +108,46 @@ def test_harmless_and_neutral_parameters_pass() -> None:
     request_sampling(params(temperature=1.0, seed=1, stream=True, extra=extra), NEUTRAL, SPLITMIX)
 
 
-def test_penalty_in_the_model_defaults_is_caught() -> None:
-    with pytest.raises(SamplingNotReproducibleError, match="repetition_penalty"):
-        request_sampling(params(seed=1), GenerationDefaults(repetition_penalty=1.05), SPLITMIX)
+def test_logit_changing_parameters_become_adjustments() -> None:
+    extra = {
+        "logit_bias": {"5": 10, "3": -250.5},
+        "min_tokens": 4,
+        "stop_token_ids": [9, 9, 2],
+        "allowed_token_ids": [3, 5, 9, 2],
+        "bad_words": ["foo", "bar"],
+    }
+    replay = request_replay(
+        params(temperature=0.8, seed=3, presence_penalty=0.5, frequency_penalty=-0.25, extra=extra),
+        GenerationDefaults(repetition_penalty=1.05),
+        SPLITMIX,
+    )
+    assert replay.settings == SamplingSettings(temperature=0.8, top_k=0, seed=3)
+    assert replay.adjustments == LogitAdjustments(
+        repetition_penalty=1.05,
+        frequency_penalty=-0.25,
+        presence_penalty=0.5,
+        logit_bias=((3, -100.0), (5, 10.0)),
+        allowed_token_ids=(3, 5, 9, 2),
+        min_tokens=4,
+        stop_token_ids=(9, 2),
+        bad_words=("foo", "bar"),
+    )
+
+
+def test_penalties_come_from_the_request_then_its_json_then_the_defaults() -> None:
+    defaults = GenerationDefaults(repetition_penalty=1.05, presence_penalty=0.1)
+    msg = params(seed=1, repetition_penalty=1.2, extra={"presence_penalty": 0.3})
+    adj = request_replay(msg, defaults, SPLITMIX).adjustments
+    assert (adj.repetition_penalty, adj.presence_penalty, adj.frequency_penalty) == (1.2, 0.3, 0)
+    neutral = request_replay(params(seed=1, extra={"logit_bias": {}}), NEUTRAL, SPLITMIX)
+    assert neutral.adjustments.is_neutral
+
+
+def test_logit_bias_is_clamped_like_vllm() -> None:
+    """As SamplingParams.from_optional does: min(100, max(-100, bias))."""
+    msg = params(seed=1, extra={"logit_bias": {"7": 1e9, "8": -101, "9": 0.5}})
+    adj = request_replay(msg, NEUTRAL, SPLITMIX).adjustments
+    assert adj.logit_bias == ((7, 100.0), (8, -100.0), (9, 0.5))
 
 
 _JSON = st.recursive(
@@ -121,3 +174,38 @@ def test_any_request_gives_settings_or_a_reason(
         request_sampling(msg, NEUTRAL, SPLITMIX)
     except SamplingNotReproducibleError as exc:
         assert exc.reason in Reason
+
+
+_ADJUSTMENT_KEYS = st.sampled_from(
+    [
+        "logit_bias",
+        "allowed_token_ids",
+        "min_tokens",
+        "stop_token_ids",
+        "bad_words",
+        "presence_penalty",
+        "frequency_penalty",
+        "repetition_penalty",
+    ]
+)
+_ADJUSTMENT_VALUES = (
+    _JSON
+    | st.lists(st.integers(-3, 2**40), max_size=4)
+    | st.dictionaries(st.integers(-3, 99).map(str), st.floats(), max_size=3)
+    | st.lists(st.text(max_size=3), max_size=3)
+)
+
+
+@settings(deadline=None)
+@given(st.dictionaries(_ADJUSTMENT_KEYS, _ADJUSTMENT_VALUES, max_size=4))
+def test_any_adjustment_values_give_adjustments_or_a_reason(extra: dict[str, Any]) -> None:
+    msg = record_pb2.SamplingParams(temperature=1.0, seed=3)
+    msg.params_json = json.dumps(extra)
+    try:
+        replay = request_replay(msg, NEUTRAL, SPLITMIX)
+    except SamplingNotReproducibleError as exc:
+        assert exc.reason is Reason.SAMPLER_NOT_REPRODUCIBLE
+        return
+    a = replay.adjustments
+    assert min(a.token_ids(), default=0) >= 0
+    assert all(-100 <= b <= 100 for _, b in a.logit_bias)

@@ -5,8 +5,14 @@ Design (vLLM 0.32, verified against the installed source):
 - Logits the prover's sampler saw: ``Sampler.forward`` receives the model's raw
   ``compute_logits`` output, casts it to float32, applies (in order) allowed
   ids, bad words, min-tokens/logit-bias, penalties, then temperature, min_p and
-  top-k/top-p. With none of the first group in a request, the sampler input is
-  the raw logits, which is what we recompute.
+  top-k/top-p. We recompute the raw logits and the scoring job re-applies the
+  first group from the request's `LogitAdjustments` (verifierd.logit_adjustments)
+  on the whole row before the masks, so the argument below holds for them too.
+  The values that need the model's tokenizer or generation config (the EOS ids
+  that ``min_tokens`` masks, the token ids of ``bad_words``) are resolved by this
+  engine's own input processing: the scoring request carries the prover's
+  ``stop_token_ids`` and ``bad_words`` (harmless to its single greedy token) and
+  the hook reads what vLLM made of them.
 - Where those logits come from here: each response is sent as one prompt
   (prompt + output ids, ``max_tokens=1``, greedy, no seed) so one prefill
   computes the hidden state of every position. A worker extension
@@ -72,6 +78,7 @@ from verifierd.difr import (
 )
 from verifierd.engine.scoring_job import JobOutcome, JobSpec
 from verifierd.errors import VerifierdError
+from verifierd.logit_adjustments import NEUTRAL, LogitAdjustments
 from verifierd.samplers import get_profile
 
 log = logging.getLogger(__name__)
@@ -133,6 +140,7 @@ class ScoreRequest:
     prompt_token_ids: tuple[int, ...]
     output_token_ids: tuple[int, ...]
     sampling: SamplingSettings
+    adjustments: LogitAdjustments = NEUTRAL
 
 
 @dataclass(frozen=True)
@@ -154,6 +162,7 @@ class GenerateRequest:
     sampling: SamplingSettings
     max_tokens: int
     ignore_eos: bool = False
+    adjustments: LogitAdjustments = NEUTRAL
 
 
 @dataclass(frozen=True)
@@ -229,9 +238,27 @@ class EngineBackend:
         if total > self.spec.max_model_len:
             return f"{total} tokens exceed max_model_len {self.spec.max_model_len}"
         ids = request.prompt_token_ids + request.output_token_ids
+        ids += request.adjustments.token_ids()
         if min(ids) < 0 or max(ids) >= self.logits_width:
             return f"token id outside the model's {self.logits_width} logits"
+        if request.adjustments.bad_words:
+            problem = self._bad_words_problem(request.adjustments.bad_words)
+            if problem is not None:
+                return problem
         return reproducibility_problem(request.sampling, get_profile(profile_name))
+
+    def _bad_words_problem(self, bad_words: Sequence[str]) -> str | None:
+        """Why vLLM would refuse these bad words (it refused the prover's request then)."""
+        from vllm import SamplingParams
+        from vllm.exceptions import VLLMError
+
+        try:
+            SamplingParams(bad_words=list(bad_words)).update_from_tokenizer(
+                self._llm.get_tokenizer()
+            )
+        except (ValueError, VLLMError) as exc:
+            return f"bad_words: {exc}"
+        return None
 
     def score(
         self,
@@ -259,6 +286,7 @@ class EngineBackend:
                 sampling=r.sampling,
                 profile=profile_name,
                 chunk_rows=chunk_rows,
+                adjustments=r.adjustments,
             )
             for r in requests
         ]
@@ -305,6 +333,9 @@ class EngineBackend:
                 detokenize=False,
                 extra_args=s.to_extra(),
                 skip_reading_prefix_cache=skip_cache,
+                # For the hook: vLLM adds the EOS ids and tokenizes the bad words.
+                stop_token_ids=list(s.adjustments.stop_token_ids) or None,
+                bad_words=list(s.adjustments.bad_words) or None,
             )
             for s in specs
         ]
@@ -332,6 +363,7 @@ class EngineBackend:
         params = []
         for r in requests:
             s = r.sampling.effective()
+            a = r.adjustments
             params.append(
                 SamplingParams(
                     temperature=s.temperature,
@@ -342,6 +374,14 @@ class EngineBackend:
                     max_tokens=r.max_tokens,
                     ignore_eos=r.ignore_eos,
                     detokenize=False,
+                    repetition_penalty=a.repetition_penalty,
+                    frequency_penalty=a.frequency_penalty,
+                    presence_penalty=a.presence_penalty,
+                    logit_bias=dict(a.logit_bias) or None,
+                    allowed_token_ids=list(a.allowed_token_ids) or None,
+                    min_tokens=a.min_tokens,
+                    stop_token_ids=list(a.stop_token_ids) or None,
+                    bad_words=list(a.bad_words) or None,
                 )
             )
         prompts = [{"prompt_token_ids": list(r.prompt_token_ids)} for r in requests]

@@ -4,6 +4,8 @@ The engine prefills prompt + output as one prompt, possibly in several chunks
 (chunked prefill), in position order. A `ScoringJob` turns the hidden states of
 the positions that predicted output tokens (prompt_len - 1 ... prompt_len - 2 + n)
 into logits rows with the engine's own ``compute_logits`` a few rows at a time,
+re-applies the request's logit adjustments (penalties, logit_bias, min_tokens,
+allowed ids, bad words: verifierd.logit_adjustments) as the prover's sampler did,
 scores them against the claimed tokens (the prompt's own later tokens) and keeps
 only the per-token margins. Full logits rows never leave the engine's device.
 
@@ -26,6 +28,13 @@ import torch
 
 from verifierd.difr import SamplingSettings, open_stream, token_margins
 from verifierd.errors import VerifierdError
+from verifierd.logit_adjustments import (
+    NEUTRAL,
+    AdjustmentPlan,
+    LogitAdjustmentError,
+    LogitAdjustments,
+    repetition_arithmetic,
+)
 from verifierd.samplers import NoiseStream, get_profile
 
 #: Key of the job spec in SamplingParams.extra_args.
@@ -49,6 +58,7 @@ class JobSpec:
     sampling: SamplingSettings
     profile: str
     chunk_rows: int
+    adjustments: LogitAdjustments = NEUTRAL
 
     def to_extra(self) -> dict[str, object]:
         s = self.sampling
@@ -64,6 +74,7 @@ class JobSpec:
                 "seed": s.seed,
                 "profile": self.profile,
                 "chunk_rows": self.chunk_rows,
+                "adjustments": self.adjustments.to_json(),
             }
         }
 
@@ -88,8 +99,9 @@ class JobSpec:
                 ),
                 profile=str(d["profile"]),
                 chunk_rows=int(d["chunk_rows"]),
+                adjustments=LogitAdjustments.from_json(d["adjustments"]),
             )
-        except (KeyError, TypeError, ValueError) as exc:
+        except (KeyError, TypeError, ValueError, LogitAdjustmentError) as exc:
             raise ScoringJobError(f"bad {JOB_KEY}: {exc}") from exc
 
 
@@ -125,10 +137,25 @@ class ScoringJob:
     a collective (only the first rank gets the gathered logits), so the chunk loop
     depends on positions only: every rank makes the same calls whatever happens
     to the scoring, which only the rank holding logits does.
+
+    ``stop_token_ids`` and ``bad_words_token_ids`` are the engine's resolution of
+    the spec's min_tokens stop ids (with the model's EOS ids) and bad words
+    (tokenized), as vLLM's SamplingParams holds them.
     """
 
-    def __init__(self, spec: JobSpec, width: int, device: torch.device) -> None:
+    def __init__(
+        self,
+        spec: JobSpec,
+        width: int,
+        device: torch.device,
+        *,
+        stop_token_ids: Sequence[int] = (),
+        bad_words_token_ids: Sequence[Sequence[int]] = (),
+    ) -> None:
         self.spec = spec
+        self._stop_token_ids = tuple(stop_token_ids)
+        self._bad_words_token_ids = tuple(tuple(w) for w in bad_words_token_ids)
+        self._plan: AdjustmentPlan | None = None
         self._sampling = spec.sampling.effective()
         self._first = spec.prompt_len - 1
         self._end = self._first + spec.n_out
@@ -195,9 +222,27 @@ class ScoringJob:
                 self._sampling, profile, self.spec.prompt_len, self._width, self._device
             )
         n = z.shape[0]
+        start = a - self._first
+        if not self.spec.adjustments.is_neutral:
+            if self._plan is None:
+                self._plan = self._adjustment_plan(token_ids, z)
+            z = self._plan.apply(z, start)
         claimed = torch.tensor(token_ids[a + 1 : a + 1 + n], dtype=torch.int64)
-        margins = token_margins(z, claimed, self._sampling, self._stream, a - self._first)
+        margins = token_margins(z, claimed, self._sampling, self._stream, start)
         self._parts.append(margins.to("cpu"))
+
+    def _adjustment_plan(self, token_ids: Sequence[int], z: torch.Tensor) -> AdjustmentPlan:
+        spec = self.spec
+        return AdjustmentPlan(
+            spec.adjustments,
+            token_ids[: spec.prompt_len],
+            token_ids[spec.prompt_len : spec.prompt_len + spec.n_out],
+            z.shape[1],
+            z.device,
+            stop_token_ids=self._stop_token_ids,
+            bad_words_token_ids=self._bad_words_token_ids,
+            arithmetic=repetition_arithmetic(z.device, spec.profile),
+        )
 
     def outcome(self) -> JobOutcome:
         raw = torch.cat(self._parts) if self._parts else torch.zeros(0, dtype=torch.float64)

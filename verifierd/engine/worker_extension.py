@@ -13,6 +13,9 @@ states of a prefill. The wrapper hands the chunk of every request that carries
 a `JobSpec` in ``SamplingParams.extra_args`` to its `ScoringJob`, then calls the
 original unchanged (such requests ask for no prompt logprobs, so the original
 does nothing for them). Margins wait in the worker until ``veritap_take``.
+The job also gets vLLM's resolution of the request's min_tokens stop ids (EOS
+included) and bad words (tokenized) from the request's SamplingParams, which the
+backend fills with the prover's values for exactly that.
 
 This depends on vLLM internals by name: `install` fails loudly on an engine
 whose runner lacks them (e.g. Model Runner V2, which the backend turns off).
@@ -62,7 +65,14 @@ class PrefillScoringHook:
             job = self.jobs.get(spec.job_id)
             if job is None:
                 width = runner.model_config.get_vocab_size()
-                job = self.jobs[spec.job_id] = ScoringJob(spec, width, runner.device)
+                params = state.sampling_params
+                job = self.jobs[spec.job_id] = ScoringJob(
+                    spec,
+                    width,
+                    runner.device,
+                    stop_token_ids=sorted(params.all_stop_token_ids),
+                    bad_words_token_ids=params.bad_words_token_ids or (),
+                )
             start = state.num_computed_tokens
             if job.done or start >= state.num_prompt_tokens:
                 continue
