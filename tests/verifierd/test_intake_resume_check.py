@@ -114,6 +114,22 @@ def test_a_pruned_cursor_entry_rests_on_our_checkpoint_and_the_start_check() -> 
     assert "agrees up to seq 100 (seqs 101..120: by its start check)" in check.summary
 
 
+def test_without_a_checkpoint_of_our_size_the_proof_decides() -> None:
+    forked = HONEST[:110] + leaves(90, tag="rewritten")
+    for log, ok in ((HONEST, True), (forked, False)):
+        answers = replace(
+            view(log, CURSOR, head=160, signed=150),
+            at_ours=None,
+            at_ours_error="NOT_FOUND: no checkpoint of size 100",
+        )
+        check = check_resume(ORIGIN, CURSOR, KEY, answers)
+        assert check.ok == ok, check.summary
+    answers = replace(answers, proof=None, proof_error="the collector pruned seq 120")
+    check = check_resume(ORIGIN, CURSOR, KEY, answers)
+    assert not check.ok
+    assert "(NOT_FOUND: no checkpoint of size 100; the collector pruned seq 120)" in check.summary
+
+
 def test_without_a_checkpoint_or_proof_covering_the_cursor_clearing_waits() -> None:
     cursor = Cursor(30, HONEST[29], None)
     answers = CollectorView(

@@ -1,10 +1,10 @@
 """The VerifierService RPCs over verifierd's store, commitments and daemon state.
 
 Store reads run in worker threads (``asyncio.to_thread``) so a long page scan never
-stalls the daemon's event loop. The only mutation, SetDifrSettings, is refused with
-PERMISSION_DENIED unless the caller's client certificate holds the admin role; an
-accepted change is written with the caller's subject to the store's audit log in
-the same transaction as the setting.
+stalls the daemon's event loop. The two admin actions, SetDifrSettings and
+ClearIntakeAlert, are refused with PERMISSION_DENIED unless the caller's client
+certificate holds the admin role; an accepted change is written with the caller's
+subject to the store's audit log in the same transaction as the change itself.
 """
 
 from __future__ import annotations
@@ -20,10 +20,10 @@ from typing import Any
 import grpc
 import numpy as np
 from google.protobuf.message import DecodeError
-from veritap.v1 import log_pb2, record_pb2, verifier_pb2, verifier_pb2_grpc
+from veritap.v1 import ledger_pb2, log_pb2, record_pb2, verifier_pb2, verifier_pb2_grpc
 
 from verifierd.api.errors import PageTokenError
-from verifierd.api.identity import AdminPolicy, principal_of
+from verifierd.api.identity import AdminPolicy, Principal, principal_of
 from verifierd.api.rate_window import RateWindow
 from verifierd.api.record_tokens import scored_tokens
 from verifierd.api.sources import ServiceSources, VcaFigure
@@ -37,7 +37,8 @@ from verifierd.api.verdict_query import (
     VerdictQuery,
 )
 from verifierd.commitments import Commitment, CommitmentError, CommitmentRegistry, DifrSettings
-from verifierd.store import PendingItem, Store, StoredVerdict
+from verifierd.intake.resume_check import NothingToClearError, ResumeRefusedError
+from verifierd.store import Alert, ClearedAlert, PendingItem, Store, StoredVerdict
 
 log = logging.getLogger(__name__)
 
@@ -371,20 +372,59 @@ class VerifierServicer(verifier_pb2_grpc.VerifierServiceServicer):
             log.warning("VCA figure unavailable", exc_info=True)
             return None
 
+    # -- intake alerts ------------------------------------------------------------------
+
+    async def ListIntakeAlerts(  # noqa: N802
+        self, request: verifier_pb2.ListIntakeAlertsRequest, context: _Context
+    ) -> verifier_pb2.ListIntakeAlertsResponse:
+        alerts = await asyncio.to_thread(self._store.alerts)
+        response = verifier_pb2.ListIntakeAlertsResponse(alerts=[_alert_message(a) for a in alerts])
+        if request.include_cleared:
+            cleared = await asyncio.to_thread(self._store.cleared_alerts)
+            response.alerts.extend(_cleared_message(c) for c in cleared)
+        return response
+
+    async def ClearIntakeAlert(  # noqa: N802
+        self, request: verifier_pb2.ClearIntakeAlertRequest, context: _Context
+    ) -> verifier_pb2.ClearIntakeAlertResponse:
+        principal = await self._require_admin("ClearIntakeAlert", context)
+        if not request.origin:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "origin is required")
+        if not request.reason.strip():
+            await context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT, "a reason is required (it goes to the audit log)"
+            )
+        intake = self._sources.intake
+        if intake is None:
+            await context.abort(
+                grpc.StatusCode.FAILED_PRECONDITION, "this verifierd runs no intake to resume"
+            )
+        try:
+            cleared = await intake.clear(
+                request.origin, actor=principal.name, why=request.reason.strip()
+            )
+        except NothingToClearError as exc:
+            await context.abort(grpc.StatusCode.NOT_FOUND, str(exc))
+        except ResumeRefusedError as exc:
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"not cleared: {exc}")
+        return verifier_pb2.ClearIntakeAlertResponse(cleared=_cleared_message(cleared))
+
     # -- administration -----------------------------------------------------------------
 
-    async def SetDifrSettings(  # noqa: N802
-        self, request: verifier_pb2.SetDifrSettingsRequest, context: _Context
-    ) -> verifier_pb2.SetDifrSettingsResponse:
+    async def _require_admin(self, rpc: str, context: _Context) -> Principal:
         principal = principal_of(context.auth_context())
         if not self._admin.allows(principal):
-            log.warning(
-                "settings change refused", extra={"actor": principal.name, "rpc": "SetDifrSettings"}
-            )
+            log.warning("admin action refused", extra={"actor": principal.name, "rpc": rpc})
             await context.abort(
                 grpc.StatusCode.PERMISSION_DENIED,
                 f"{principal.name} does not hold the admin role",
             )
+        return principal
+
+    async def SetDifrSettings(  # noqa: N802
+        self, request: verifier_pb2.SetDifrSettingsRequest, context: _Context
+    ) -> verifier_pb2.SetDifrSettingsResponse:
+        principal = await self._require_admin("SetDifrSettings", context)
         commitment = self._registry.by_id.get(request.commitment_id)
         if commitment is None:
             await context.abort(
@@ -432,6 +472,26 @@ class VerifierServicer(verifier_pb2_grpc.VerifierServiceServicer):
                 for e in newest
             ]
         )
+
+
+def _alert_message(alert: Alert) -> verifier_pb2.IntakeAlert:
+    message = verifier_pb2.IntakeAlert(
+        origin=alert.origin, reason=alert.reason, detected_at_ns=alert.at_ns
+    )
+    try:
+        message.evidence.CopyFrom(ledger_pb2.IntakeEvidence.FromString(alert.evidence))
+    except DecodeError:
+        log.error("an alert's evidence does not decode", extra={"origin": alert.origin})
+    return message
+
+
+def _cleared_message(cleared: ClearedAlert) -> verifier_pb2.IntakeAlert:
+    message = _alert_message(cleared.alert)
+    message.cleared_at_ns = cleared.cleared_at_ns
+    message.cleared_by = cleared.actor
+    message.clear_reason = cleared.why
+    message.clear_check = cleared.check
+    return message
 
 
 def _pending_verdict(record_id: str, origin: str, seq: int) -> verifier_pb2.Verdict:

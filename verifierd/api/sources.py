@@ -1,9 +1,10 @@
-"""What the daemon lends the VerifierService for GetStats and GetEngines.
+"""What the daemon lends the VerifierService for GetStats, GetEngines and ClearIntakeAlert.
 
 The service reads the intake links and the engine pool through these narrow
-read-only views (any object with these attributes fits: verifierd.intake's
-``Intake`` and verifierd.engine's ``EnginePool`` do), so it runs without them
-too (``verifierd`` serving a store with intake or engines turned off).
+views (any object with these attributes fits: verifierd.intake's ``Intake`` and
+verifierd.engine's ``EnginePool`` do), so it runs without them too (``verifierd``
+serving a store with intake or engines turned off). The one action is the
+intake's ``clear``: resuming a collector link stopped by an alert.
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
+
+from verifierd.store import ClearedAlert
 
 
 class LinkView(Protocol):
@@ -28,6 +31,9 @@ class LinkView(Protocol):
 
 class IntakeSource(Protocol):
     def status(self) -> Sequence[LinkView]: ...
+
+    async def clear(self, origin: str, *, actor: str, why: str) -> ClearedAlert:
+        """Resume intake from ``origin`` after its alert (verifierd.intake.Intake.clear)."""
 
 
 class EngineView(Protocol):

@@ -29,6 +29,8 @@ from verifierd.errors import VerifierdError
 from verifierd.intake.backoff import Backoff
 from verifierd.intake.chain import IntakeChain, IntakeError, ViolationError
 from verifierd.intake.frontier_file import FrontierFile, recover_chain
+from verifierd.intake.resume_check import ResumeCheck, check_resume
+from verifierd.intake.resume_probe import probe_collector
 from verifierd.intake.wire import read_batch
 from verifierd.metrics import METRICS, VerifierMetrics
 from verifierd.store import Store
@@ -418,6 +420,23 @@ class CollectorLink:
         """Show an alert (e.g. one recorded before a restart); `run()` must not be started."""
         self.alert_reason = reason
         self.state = f"alert: {reason}"
+
+    async def check_resume(self) -> ResumeCheck:
+        """Whether the collector's log now agrees with what was stored, so that intake
+        stopped by an alert may resume from the cursor (verifierd.intake.resume_check)."""
+        cursor = await asyncio.to_thread(self._store.cursor, self.origin)
+        async with self._channel() as channel:
+            stub: ledger_pb2_grpc.LedgerServiceAsyncStub = ledger_pb2_grpc.LedgerServiceStub(
+                channel
+            )
+            view = await probe_collector(stub, cursor)
+        return check_resume(self.origin, cursor, self._key, view)
+
+    def clear_alert_state(self) -> None:
+        """The alert was cleared: `run()` may start again, with a fresh backoff."""
+        self.alert_reason = ""
+        self.state = "connecting"
+        self._backoff.reset()
 
     async def _raise_alert(self, violation: ViolationError) -> None:
         cursor = await asyncio.to_thread(self._store.cursor, self.origin)

@@ -15,14 +15,15 @@ a backup that holds everything this verifier stored. The collector's answers
 2. Its latest checkpoint verifies under the pinned key. A collector that signs with
    another key is not cleared: re-pin its key (``public_key`` in ``[[collectors]]``) and
    restart verifierd, a decision for whoever controls the configuration.
-3. Its checkpoint of the size we last verified is signed by that key and has our root
-   (otherwise the histories still differ up to there: the fork persists).
+3. Its checkpoint of the size we last verified, when it has one (two histories need not
+   have checkpoints of the same sizes), is signed by that key and has our root (otherwise
+   the histories still differ up to there: the fork persists).
 4. An inclusion proof puts our cursor's entry hash at our cursor's seq in its latest
    signed tree. Each entry holds the previous one's hash, so this pins every entry up to
    the cursor. When the collector no longer keeps that entry (pruned after we
    acknowledged it) or has not signed a checkpoint that reaches it yet, step 3 stands
    for it and the collector's own check of the Subscribe start (the hash before
-   ``from_seq``) covers the rest; with neither, clearing waits.
+   ``from_seq``) covers the rest; without either, clearing waits.
 
 Passing is only the start: the resumed stream is verified entry by entry as always, and a
 new violation raises a new alert (the cleared one stays in the store).
@@ -120,14 +121,9 @@ def check_resume(origin: str, cursor: Cursor, key: Verifier, view: CollectorView
     elif cursor.seq:
         return _refuse(f"the collector shows no signed checkpoint ({view.latest_error})")
     checked = 0
-    if cursor.checkpoint is not None:
+    if cursor.checkpoint is not None and view.at_ours is not None:
         # Verified when it was stored; parsed again here without its (maybe older) key.
         ours = parse_checkpoint(parse_note(cursor.checkpoint.note).text)
-        if view.at_ours is None:
-            return _refuse(
-                f"the collector has no checkpoint of size {ours.tree_size}, the last one this "
-                f"verifier verified ({view.at_ours_error})"
-            )
         try:
             theirs = open_checkpoint(view.at_ours.note, key, origin=origin)
         except NoteError as exc:
@@ -161,10 +157,10 @@ def check_resume(origin: str, cursor: Cursor, key: Verifier, view: CollectorView
                 )
             checked = cursor.seq
         elif not checked:
+            why = "; ".join(e for e in (view.at_ours_error, view.proof_error) if e)
             return _refuse(
                 f"nothing shows yet that the collector's log holds seq {cursor.seq} as stored "
-                f"here ({view.proof_error}); try again once it has signed a checkpoint "
-                "covering it"
+                f"here ({why}); try again once it has signed a checkpoint covering it"
             )
     if not cursor.seq:
         how = "nothing was stored from it yet"

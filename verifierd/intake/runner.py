@@ -3,7 +3,12 @@
 intake = Intake(store, config)   # config: verifierd.config.Config
 await intake.start()
 ... intake.status() ...          # one LinkStatus per configured collector
+await intake.clear(origin, actor=..., why=...)   # resume after an alert (operator)
 await intake.stop()
+
+A link stopped by an alert stays stopped, across restarts too, until an operator clears
+the alert; :meth:`Intake.clear` resumes it only when the collector's log agrees again with
+what was stored (verifierd.intake.resume_check), and keeps the alert as cleared.
 """
 
 from __future__ import annotations
@@ -14,8 +19,9 @@ import logging
 from verifierd.config import Config, IntakeConfig
 from verifierd.intake.backoff import Backoff
 from verifierd.intake.link import CollectorLink, LinkStatus, load_collector_key
+from verifierd.intake.resume_check import NothingToClearError, ResumeRefusedError
 from verifierd.metrics import METRICS, VerifierMetrics
-from verifierd.store import Store
+from verifierd.store import ClearedAlert, Store
 
 logger = logging.getLogger(__name__)
 
@@ -46,22 +52,31 @@ class Intake:
             )
             for collector in config.collectors
         ]
-        self._tasks: list[asyncio.Task[None]] = []
+        #: The running (or finished) task of each link, by origin.
+        self._tasks: dict[str, asyncio.Task[None]] = {}
+        self._running = False
+        self._clearing = asyncio.Lock()
+
+    def _run(self, link: CollectorLink) -> None:
+        self._tasks[link.origin] = asyncio.create_task(link.run(), name=f"intake:{link.origin}")
 
     async def start(self) -> None:
         """Start a task per collector, except those stopped by an alert (cleared by an operator)."""
+        self._running = True
         alerts = {a.origin: a.reason for a in await asyncio.to_thread(self._store.alerts)}
         for link in self.links:
             if link.origin in alerts:
                 link.set_alert_state(alerts[link.origin])
                 logger.warning("intake stays stopped by an alert", extra={"origin": link.origin})
                 continue
-            self._tasks.append(asyncio.create_task(link.run(), name=f"intake:{link.origin}"))
+            self._run(link)
 
     async def stop(self) -> None:
-        for task in self._tasks:
+        self._running = False
+        tasks = list(self._tasks.values())
+        for task in tasks:
             task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await asyncio.gather(*tasks, return_exceptions=True)
         for link in self.links:
             if not link.alert_reason:
                 link.state = "stopped"
@@ -69,7 +84,51 @@ class Intake:
 
     async def wait(self) -> None:
         """Until every link has stopped (each ends only on an alert or on stop())."""
-        await asyncio.gather(*self._tasks)
+        while not all(task.done() for task in self._tasks.values()):
+            await asyncio.gather(*self._tasks.values())
+
+    async def clear(self, origin: str, *, actor: str, why: str) -> ClearedAlert:
+        """Resume intake from ``origin`` after an alert, when its collector's log agrees
+        again with what was stored. The alert stays in the store as cleared by ``actor``
+        for ``why``, with what the collector showed, and the audit log says so.
+
+        Raises NothingToClearError when the origin has no alert in force, and
+        ResumeRefusedError when intake may not resume (the message says why)."""
+        async with self._clearing:
+            alerts = await asyncio.to_thread(self._store.alerts)
+            if origin not in {a.origin for a in alerts}:
+                raise NothingToClearError(f"no intake alert in force for {origin!r}")
+            link = next((link for link in self.links if link.origin == origin), None)
+            if link is None:
+                raise ResumeRefusedError(
+                    f"{origin!r} is not among this verifierd's [[collectors]]: nothing would resume"
+                )
+            task = self._tasks.get(origin)
+            if not self._running or (task is not None and not task.done()):
+                raise ResumeRefusedError(f"the intake from {origin!r} is not stopped here")
+            check = await link.check_resume()
+            if not check.ok:
+                logger.warning(
+                    "intake alert not cleared: the collector still disagrees",
+                    extra={"origin": origin, "actor": actor, "check": check.summary},
+                )
+                raise ResumeRefusedError(check.summary)
+            cleared = await asyncio.to_thread(
+                self._store.clear_alert, origin, actor=actor, why=why, check=check.summary
+            )
+            link.clear_alert_state()
+            self._run(link)
+            logger.warning(
+                "intake alert cleared: resuming",
+                extra={
+                    "origin": origin,
+                    "actor": actor,
+                    "why": why,
+                    "alert_reason": cleared.alert.reason,
+                    "check": check.summary,
+                },
+            )
+            return cleared
 
     def status(self) -> list[LinkStatus]:
         return [link.status() for link in self.links]

@@ -8,6 +8,7 @@ from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from veritap.v1 import ledger_pb2 as _ledger_pb2
 from veritap.v1 import record_pb2 as _record_pb2
 import builtins as _builtins
 import sys
@@ -1074,3 +1075,131 @@ class ListAuditEventsResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ListAuditEventsResponse: _TypeAlias = ListAuditEventsResponse  # noqa: Y015
+
+@_typing.final
+class IntakeAlert(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ORIGIN_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    DETECTED_AT_NS_FIELD_NUMBER: _builtins.int
+    EVIDENCE_FIELD_NUMBER: _builtins.int
+    CLEARED_AT_NS_FIELD_NUMBER: _builtins.int
+    CLEARED_BY_FIELD_NUMBER: _builtins.int
+    CLEAR_REASON_FIELD_NUMBER: _builtins.int
+    CLEAR_CHECK_FIELD_NUMBER: _builtins.int
+    origin: _builtins.str
+    reason: _builtins.str
+    """As IntakeEvidence.reason: "fork", "rollback", "gap", "bad_signature", ..."""
+    detected_at_ns: _builtins.int
+    cleared_at_ns: _builtins.int
+    """Set once an operator cleared it: when, who (client certificate subject),
+    the operator's reason, and what the collector showed when it was checked.
+    """
+    cleared_by: _builtins.str
+    clear_reason: _builtins.str
+    clear_check: _builtins.str
+    @_builtins.property
+    def evidence(self) -> _ledger_pb2.IntakeEvidence: ...
+    def __init__(
+        self,
+        *,
+        origin: _builtins.str = ...,
+        reason: _builtins.str = ...,
+        detected_at_ns: _builtins.int = ...,
+        evidence: _ledger_pb2.IntakeEvidence | None = ...,
+        cleared_at_ns: _builtins.int = ...,
+        cleared_by: _builtins.str = ...,
+        clear_reason: _builtins.str = ...,
+        clear_check: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["evidence", b"evidence"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["clear_check", b"clear_check", "clear_reason", b"clear_reason", "cleared_at_ns", b"cleared_at_ns", "cleared_by", b"cleared_by", "detected_at_ns", b"detected_at_ns", "evidence", b"evidence", "origin", b"origin", "reason", b"reason"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___IntakeAlert: _TypeAlias = IntakeAlert  # noqa: Y015
+
+@_typing.final
+class ListIntakeAlertsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    INCLUDE_CLEARED_FIELD_NUMBER: _builtins.int
+    include_cleared: _builtins.bool
+    """Also the cleared alerts (after those in force)."""
+    def __init__(
+        self,
+        *,
+        include_cleared: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["include_cleared", b"include_cleared"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListIntakeAlertsRequest: _TypeAlias = ListIntakeAlertsRequest  # noqa: Y015
+
+@_typing.final
+class ListIntakeAlertsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ALERTS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def alerts(self) -> _containers.RepeatedCompositeFieldContainer[Global___IntakeAlert]: ...
+    def __init__(
+        self,
+        *,
+        alerts: _abc.Iterable[Global___IntakeAlert] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["alerts", b"alerts"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListIntakeAlertsResponse: _TypeAlias = ListIntakeAlertsResponse  # noqa: Y015
+
+@_typing.final
+class ClearIntakeAlertRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ORIGIN_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    origin: _builtins.str
+    reason: _builtins.str
+    """Why the operator clears it (required; kept in the audit log)."""
+    def __init__(
+        self,
+        *,
+        origin: _builtins.str = ...,
+        reason: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["origin", b"origin", "reason", b"reason"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ClearIntakeAlertRequest: _TypeAlias = ClearIntakeAlertRequest  # noqa: Y015
+
+@_typing.final
+class ClearIntakeAlertResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CLEARED_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def cleared(self) -> Global___IntakeAlert: ...
+    def __init__(
+        self,
+        *,
+        cleared: Global___IntakeAlert | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["cleared", b"cleared"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cleared", b"cleared"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ClearIntakeAlertResponse: _TypeAlias = ClearIntakeAlertResponse  # noqa: Y015

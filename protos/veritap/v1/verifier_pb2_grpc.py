@@ -85,6 +85,16 @@ class VerifierServiceStub:
                 request_serializer=veritap_dot_v1_dot_verifier__pb2.ListAuditEventsRequest.SerializeToString,
                 response_deserializer=veritap_dot_v1_dot_verifier__pb2.ListAuditEventsResponse.FromString,
                 _registered_method=True)
+        self.ListIntakeAlerts = channel.unary_unary(
+                '/veritap.v1.VerifierService/ListIntakeAlerts',
+                request_serializer=veritap_dot_v1_dot_verifier__pb2.ListIntakeAlertsRequest.SerializeToString,
+                response_deserializer=veritap_dot_v1_dot_verifier__pb2.ListIntakeAlertsResponse.FromString,
+                _registered_method=True)
+        self.ClearIntakeAlert = channel.unary_unary(
+                '/veritap.v1.VerifierService/ClearIntakeAlert',
+                request_serializer=veritap_dot_v1_dot_verifier__pb2.ClearIntakeAlertRequest.SerializeToString,
+                response_deserializer=veritap_dot_v1_dot_verifier__pb2.ClearIntakeAlertResponse.FromString,
+                _registered_method=True)
 
 
 class VerifierServiceServicer:
@@ -154,6 +164,25 @@ class VerifierServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListIntakeAlerts(self, request, context):
+        """Intake alerts (intake from a collector stopped because its log contradicted
+        what this verifier had verified): those in force with their evidence, and
+        the cleared ones when asked.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ClearIntakeAlert(self, request, context):
+        """Admin role only. Resume intake from a collector stopped by an alert, once
+        the collector's log agrees again with what this verifier stored
+        (FAILED_PRECONDITION says why not; NOT_FOUND: no alert in force). The alert
+        and its evidence are kept as cleared; the change goes to the audit log.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_VerifierServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -206,6 +235,16 @@ def add_VerifierServiceServicer_to_server(servicer, server):
                     servicer.ListAuditEvents,
                     request_deserializer=veritap_dot_v1_dot_verifier__pb2.ListAuditEventsRequest.FromString,
                     response_serializer=veritap_dot_v1_dot_verifier__pb2.ListAuditEventsResponse.SerializeToString,
+            ),
+            'ListIntakeAlerts': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListIntakeAlerts,
+                    request_deserializer=veritap_dot_v1_dot_verifier__pb2.ListIntakeAlertsRequest.FromString,
+                    response_serializer=veritap_dot_v1_dot_verifier__pb2.ListIntakeAlertsResponse.SerializeToString,
+            ),
+            'ClearIntakeAlert': grpc.unary_unary_rpc_method_handler(
+                    servicer.ClearIntakeAlert,
+                    request_deserializer=veritap_dot_v1_dot_verifier__pb2.ClearIntakeAlertRequest.FromString,
+                    response_serializer=veritap_dot_v1_dot_verifier__pb2.ClearIntakeAlertResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -479,6 +518,60 @@ class VerifierService:
             '/veritap.v1.VerifierService/ListAuditEvents',
             veritap_dot_v1_dot_verifier__pb2.ListAuditEventsRequest.SerializeToString,
             veritap_dot_v1_dot_verifier__pb2.ListAuditEventsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListIntakeAlerts(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/veritap.v1.VerifierService/ListIntakeAlerts',
+            veritap_dot_v1_dot_verifier__pb2.ListIntakeAlertsRequest.SerializeToString,
+            veritap_dot_v1_dot_verifier__pb2.ListIntakeAlertsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ClearIntakeAlert(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/veritap.v1.VerifierService/ClearIntakeAlert',
+            veritap_dot_v1_dot_verifier__pb2.ClearIntakeAlertRequest.SerializeToString,
+            veritap_dot_v1_dot_verifier__pb2.ClearIntakeAlertResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -46,6 +46,17 @@ class VerifierServiceStub:
     """Records waiting for their commitment's engine, oldest first."""
     ListAuditEvents: _grpc.UnaryUnaryMultiCallable[_verifier_pb2.ListAuditEventsRequest, _verifier_pb2.ListAuditEventsResponse]
     """The audit log (settings changes: who, when, what), newest first."""
+    ListIntakeAlerts: _grpc.UnaryUnaryMultiCallable[_verifier_pb2.ListIntakeAlertsRequest, _verifier_pb2.ListIntakeAlertsResponse]
+    """Intake alerts (intake from a collector stopped because its log contradicted
+    what this verifier had verified): those in force with their evidence, and
+    the cleared ones when asked.
+    """
+    ClearIntakeAlert: _grpc.UnaryUnaryMultiCallable[_verifier_pb2.ClearIntakeAlertRequest, _verifier_pb2.ClearIntakeAlertResponse]
+    """Admin role only. Resume intake from a collector stopped by an alert, once
+    the collector's log agrees again with what this verifier stored
+    (FAILED_PRECONDITION says why not; NOT_FOUND: no alert in force). The alert
+    and its evidence are kept as cleared; the change goes to the audit log.
+    """
 
 @_typing.type_check_only
 class VerifierServiceAsyncStub(VerifierServiceStub):
@@ -65,6 +76,17 @@ class VerifierServiceAsyncStub(VerifierServiceStub):
     """Records waiting for their commitment's engine, oldest first."""
     ListAuditEvents: _aio.UnaryUnaryMultiCallable[_verifier_pb2.ListAuditEventsRequest, _verifier_pb2.ListAuditEventsResponse]  # type: ignore[assignment]
     """The audit log (settings changes: who, when, what), newest first."""
+    ListIntakeAlerts: _aio.UnaryUnaryMultiCallable[_verifier_pb2.ListIntakeAlertsRequest, _verifier_pb2.ListIntakeAlertsResponse]  # type: ignore[assignment]
+    """Intake alerts (intake from a collector stopped because its log contradicted
+    what this verifier had verified): those in force with their evidence, and
+    the cleared ones when asked.
+    """
+    ClearIntakeAlert: _aio.UnaryUnaryMultiCallable[_verifier_pb2.ClearIntakeAlertRequest, _verifier_pb2.ClearIntakeAlertResponse]  # type: ignore[assignment]
+    """Admin role only. Resume intake from a collector stopped by an alert, once
+    the collector's log agrees again with what this verifier stored
+    (FAILED_PRECONDITION says why not; NOT_FOUND: no alert in force). The alert
+    and its evidence are kept as cleared; the change goes to the audit log.
+    """
 
 class VerifierServiceServicer(metaclass=_abc_1.ABCMeta):
     """verifierd's query and admin API."""
@@ -141,5 +163,28 @@ class VerifierServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_verifier_pb2.ListAuditEventsResponse, _abc.Awaitable[_verifier_pb2.ListAuditEventsResponse]]:
         """The audit log (settings changes: who, when, what), newest first."""
+
+    @_abc_1.abstractmethod
+    def ListIntakeAlerts(
+        self,
+        request: _verifier_pb2.ListIntakeAlertsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_verifier_pb2.ListIntakeAlertsResponse, _abc.Awaitable[_verifier_pb2.ListIntakeAlertsResponse]]:
+        """Intake alerts (intake from a collector stopped because its log contradicted
+        what this verifier had verified): those in force with their evidence, and
+        the cleared ones when asked.
+        """
+
+    @_abc_1.abstractmethod
+    def ClearIntakeAlert(
+        self,
+        request: _verifier_pb2.ClearIntakeAlertRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_verifier_pb2.ClearIntakeAlertResponse, _abc.Awaitable[_verifier_pb2.ClearIntakeAlertResponse]]:
+        """Admin role only. Resume intake from a collector stopped by an alert, once
+        the collector's log agrees again with what this verifier stored
+        (FAILED_PRECONDITION says why not; NOT_FOUND: no alert in force). The alert
+        and its evidence are kept as cleared; the change goes to the audit log.
+        """
 
 def add_VerifierServiceServicer_to_server(servicer: VerifierServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
