@@ -41,6 +41,10 @@ _RECONNECT_OPTIONS: list[tuple[str, str | int]] = [
 ]
 
 
+#: ClearIntakeAlert waits for verifierd's questions to the collector (5 s each at most).
+_CLEAR_TIMEOUT_S = 30.0
+
+
 class ConsoleClientError(Exception):
     """A call to a daemon did not give an answer."""
 
@@ -275,6 +279,28 @@ class ConsoleClient:
                 timeout=self._timeout_s,
             ),
         )
+
+    async def intake_alerts(self) -> list[verifier_pb2.IntakeAlert]:
+        """The intake alerts in force, with their evidence."""
+        stub = self._verifier()
+        response = await self._call(
+            self.verifier,
+            stub.ListIntakeAlerts(verifier_pb2.ListIntakeAlertsRequest(), timeout=self._timeout_s),
+        )
+        return list(response.alerts)
+
+    async def clear_intake_alert(self, origin: str, reason: str) -> verifier_pb2.IntakeAlert:
+        """Resume intake from ``origin`` (admin; refused while the collector still
+        disagrees). verifierd asks the collector first, so this may take a few seconds."""
+        stub = self._verifier()
+        response = await self._call(
+            self.verifier,
+            stub.ClearIntakeAlert(
+                verifier_pb2.ClearIntakeAlertRequest(origin=origin, reason=reason),
+                timeout=max(self._timeout_s, _CLEAR_TIMEOUT_S),
+            ),
+        )
+        return response.cleared
 
     # -- collectors ---------------------------------------------------------------------
 

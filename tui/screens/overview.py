@@ -1,19 +1,28 @@
 """Overview: every collector (capture, drops, log head, intake lag) and the verifier
-(verdict counts, backlog, throughput, VCA) on one screen."""
+(verdict counts, backlog, throughput, VCA) on one screen.
+
+A collector whose intake stopped on an alert (fork, rollback, gap, bad signature) shows
+``alert: REASON`` in red; with its row highlighted, ``c`` shows the evidence and clears
+the alert with a reason (admin certificate; verifierd refuses while the collector's log
+still disagrees with what it stored, and the notification says why)."""
 
 from __future__ import annotations
 
 import asyncio
 import time
 from dataclasses import dataclass
+from typing import ClassVar
 
 from rich.text import Text
+from textual import work
 from textual.app import ComposeResult
-from textual.widgets import Label, Static
+from textual.binding import Binding, BindingType
+from textual.widgets import DataTable, Label, Static
 from veritap.v1 import ledger_pb2, verifier_pb2
 
 from tui import formats
-from tui.client import CollectorReading
+from tui.client import CallRefusedError, CollectorReading, DaemonUnavailableError
+from tui.screens.clear_alert import ClearAlertScreen
 from tui.screens.console_screen import ConsoleScreen
 from tui.widgets.keyed_table import KeyedTable, Row
 from tui.widgets.verdict_table import STATUS_STYLES
@@ -35,10 +44,15 @@ class _Sample:
 
 class OverviewScreen(ConsoleScreen):
     NAV = "overview"
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("c", "clear_alert", "Clear alert…"),
+    ]
 
     def __init__(self) -> None:
         super().__init__()
         self._samples: dict[str, _Sample] = {}
+        #: Collector rows whose intake is stopped by an alert: row key -> origin.
+        self._alerted: dict[str, str] = {}
 
     def compose_body(self) -> ComposeResult:
         yield Label("Collectors", classes="section")
@@ -100,6 +114,8 @@ class OverviewScreen(ConsoleScreen):
         intake = {i.origin: i for i in stats.intake}
         rows: list[Row] = []
         seen: set[str] = set()
+        alerted = {origin for origin, link in intake.items() if link.state.startswith("alert")}
+        self._alerted = {}
         for reading in readings:
             name = reading.endpoint.name
             if reading.status is None:
@@ -113,6 +129,8 @@ class OverviewScreen(ConsoleScreen):
             status = reading.status
             seen.add(status.origin)
             link = intake.get(status.origin)
+            if status.origin in alerted:
+                self._alerted[name] = status.origin
             lag = "" if link is None else formats.count(max(0, status.head_seq - link.stored_seq))
             drops = (
                 formats.count(status.capture.kernel_drops) if status.HasField("capture") else "—"
@@ -132,9 +150,60 @@ class OverviewScreen(ConsoleScreen):
             )
         for origin, link in sorted(intake.items()):
             if origin not in seen:
+                if origin in alerted:
+                    self._alerted[origin] = origin
                 lag = formats.count(max(0, link.remote_head_seq - link.stored_seq))
                 rows.append((origin, (origin, "—", "—", "—", lag, _intake_state(link))))
         self.query_one("#collectors", KeyedTable).show_rows(rows)
+        self.refresh_bindings()
+
+    # -- clearing an intake alert -------------------------------------------------------
+
+    def _alerted_origin(self) -> str | None:
+        return self._alerted.get(self.query_one("#collectors", KeyedTable).current_key() or "")
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "clear_alert":
+            return self._alerted_origin() is not None
+        return True
+
+    def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        if event.data_table.id == "collectors":
+            self.refresh_bindings()
+
+    def action_clear_alert(self) -> None:
+        origin = self._alerted_origin()
+        if origin is not None:
+            self._ask_clear(origin)
+
+    @work(exclusive=True, group="clear-alert")
+    async def _ask_clear(self, origin: str) -> None:
+        try:
+            alerts = await self.client.intake_alerts()
+        except (CallRefusedError, DaemonUnavailableError) as exc:
+            self.notify(str(exc), title="no alert list", severity="error")
+            return
+        alert = next((a for a in alerts if a.origin == origin), None)
+        if alert is None:
+            self.notify(f"{origin} has no alert in force", title="nothing to clear")
+            self.action_reload()
+            return
+        reason = await self.app.push_screen_wait(ClearAlertScreen(alert))
+        if reason is None:
+            return
+        self.notify(f"asking verifierd to resume {origin}…", title="clearing")
+        try:
+            cleared = await self.client.clear_intake_alert(origin, reason)
+        except CallRefusedError as exc:
+            self.notify(
+                exc.details, title=f"not cleared ({exc.code})", severity="error", timeout=20
+            )
+            return
+        except DaemonUnavailableError as exc:
+            self.notify(str(exc), title="not cleared", severity="error")
+            return
+        self.notify(f"{cleared.clear_check}", title=f"{origin}: intake resumes", timeout=10)
+        self.action_reload()
 
     def _show_summary(self, stats: verifier_pb2.GetStatsResponse) -> None:
         counts = Text()
