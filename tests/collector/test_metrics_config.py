@@ -38,3 +38,8 @@ def test_bad_values_name_the_key(tmp_path: Path, text: str, message: str) -> Non
     with pytest.raises(ConfigError) as raised:
         _load(tmp_path, f"[metrics]\n{text}\n")
     assert str(raised.value).startswith(message)
+
+
+def test_the_example_config_keeps_metrics_on_loopback() -> None:
+    example = Path(__file__).resolve().parents[2] / "appliance" / "config" / "collector.toml"
+    assert load_config(example).metrics.listen == "127.0.0.1:9400"

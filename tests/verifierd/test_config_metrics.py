@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from verifierd.config import PROVER_PRESETS, ConfigError, MetricsConfig, parse_config
+from verifierd.config import PROVER_PRESETS, ConfigError, MetricsConfig, load_config, parse_config
 from verifierd.vca import PRESETS
 
 
@@ -59,3 +59,13 @@ def test_bad_values_name_the_key(table: dict[str, object], message: str) -> None
 def test_not_a_table() -> None:
     with pytest.raises(ConfigError, match=r"^metrics: expected a table"):
         parse_config({"metrics": "127.0.0.1:9401"}, Path("/"))
+
+
+def test_the_example_config_reads_dcgm_from_the_sites_prometheus() -> None:
+    example = Path(__file__).resolve().parents[2] / "appliance" / "config" / "verifierd.toml"
+    metrics = load_config(example).metrics
+    assert metrics.listen == "127.0.0.1:9401"
+    assert (metrics.prover_url, metrics.prover) == (
+        "http://prometheus.veritap.example:9090",
+        "dcgm",
+    )
