@@ -6,9 +6,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from veritap.toml_section import ConfigError
 
-from collector.config import MetricsConfig, load_config
+from collector.config import MetricsConfig, config_from_document, load_config
 
 
 def _load(tmp_path: Path, text: str) -> MetricsConfig:
@@ -43,3 +45,13 @@ def test_bad_values_name_the_key(tmp_path: Path, text: str, message: str) -> Non
 def test_the_example_config_keeps_metrics_on_loopback() -> None:
     example = Path(__file__).resolve().parents[2] / "appliance" / "config" / "collector.toml"
     assert load_config(example).metrics.listen == "127.0.0.1:9400"
+
+
+@given(st.one_of(st.text(max_size=24), st.integers(), st.booleans()))
+def test_any_listen_value_loads_or_names_the_key(value: object) -> None:
+    try:
+        config = config_from_document({"metrics": {"listen": value}}, base_dir=Path("/"))
+    except ConfigError as exc:
+        assert str(exc).startswith("metrics.listen: ")
+    else:
+        assert config.metrics.listen == value

@@ -6,6 +6,8 @@ import re
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from verifierd.config import PROVER_PRESETS, ConfigError, MetricsConfig, load_config, parse_config
 from verifierd.vca import PRESETS
@@ -69,3 +71,27 @@ def test_the_example_config_reads_dcgm_from_the_sites_prometheus() -> None:
         "http://prometheus.veritap.example:9090",
         "dcgm",
     )
+
+
+_VALUES = st.one_of(
+    st.booleans(),
+    st.integers(-5, 70000),
+    st.floats(allow_nan=True),
+    st.text(max_size=12),
+    st.sampled_from(["127.0.0.1:9401", "[::1]:0", "http://p:9090", "auto", "cpu", ""]),
+)
+
+
+@given(
+    st.dictionaries(
+        st.sampled_from(["listen", "prover_url", "prover", "vca_window_s", "vca_interval_s", "x"]),
+        _VALUES,
+    )
+)
+def test_any_table_parses_or_names_its_bad_key(table: dict[str, object]) -> None:
+    try:
+        metrics = _metrics(table)
+    except ConfigError as exc:
+        assert str(exc).startswith("metrics.")
+    else:
+        assert metrics.prover in PROVER_PRESETS
