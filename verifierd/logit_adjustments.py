@@ -39,6 +39,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -184,21 +185,18 @@ class LogitAdjustments:
         }
 
     @classmethod
-    def from_json(cls, data: Mapping[str, object]) -> LogitAdjustments:
+    def from_json(cls, data: Mapping[str, Any]) -> LogitAdjustments:
         """Raises LogitAdjustmentError on a malformed value."""
         try:
             return cls(
-                repetition_penalty=float(data["repetition_penalty"]),  # type: ignore[arg-type]
-                frequency_penalty=float(data["frequency_penalty"]),  # type: ignore[arg-type]
-                presence_penalty=float(data["presence_penalty"]),  # type: ignore[arg-type]
-                logit_bias=tuple(
-                    (int(i), float(b))
-                    for i, b in data["logit_bias"]  # type: ignore[attr-defined]
-                ),
-                allowed_token_ids=tuple(int(i) for i in data["allowed_token_ids"]),  # type: ignore[attr-defined]
-                min_tokens=int(data["min_tokens"]),  # type: ignore[call-overload]
-                stop_token_ids=tuple(int(i) for i in data["stop_token_ids"]),  # type: ignore[attr-defined]
-                bad_words=tuple(str(w) for w in data["bad_words"]),  # type: ignore[attr-defined]
+                repetition_penalty=float(data["repetition_penalty"]),
+                frequency_penalty=float(data["frequency_penalty"]),
+                presence_penalty=float(data["presence_penalty"]),
+                logit_bias=tuple((int(i), float(b)) for i, b in data["logit_bias"]),
+                allowed_token_ids=tuple(int(i) for i in data["allowed_token_ids"]),
+                min_tokens=int(data["min_tokens"]),
+                stop_token_ids=tuple(int(i) for i in data["stop_token_ids"]),
+                bad_words=tuple(str(w) for w in data["bad_words"]),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise LogitAdjustmentError(f"bad logit adjustments: {exc!r}") from exc
