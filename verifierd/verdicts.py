@@ -38,8 +38,8 @@ class Reason(StrEnum):
     UNKNOWN_COMMITMENT = "unknown_commitment"
     #: Neither token ids nor a faithful re-tokenization are available.
     TOKENS_UNAVAILABLE = "tokens_unavailable"
-    #: The request used a feature the sampler profile cannot replay (penalties,
-    #: logit bias, structured output, ...).
+    #: The request used a feature the verifier cannot replay (structured output, beam
+    #: search, custom logits processors, ...).
     SAMPLER_NOT_REPRODUCIBLE = "sampler_not_reproducible"
     #: The cached weights do not match the commitment's digests.
     WEIGHTS_MISMATCH = "weights_mismatch"
