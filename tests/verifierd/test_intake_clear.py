@@ -32,7 +32,7 @@ from verifierd.cli import main as verifierd_main
 from verifierd.commitments import CommitmentRegistry
 from verifierd.config import CollectorConfig, Config, IntakeConfig
 from verifierd.intake import Intake
-from verifierd.intake.resume_check import NothingToClearError, ResumeRefusedError
+from verifierd.intake.resume_check import NothingToClearError, ResumeCheck, ResumeRefusedError
 from verifierd.store import Store
 
 pytestmark = pytest.mark.timeout(120)
@@ -296,4 +296,28 @@ async def test_a_collector_that_is_away_is_not_cleared(site: Site) -> None:
     with pytest.raises(ResumeRefusedError, match="the collector did not answer"):
         await intake.clear(ORIGIN, actor="CN=test", why="it is away")
     assert [a.reason for a in site.store.alerts()] == ["bad_signature"]
+    log.close()
+
+
+async def test_an_intake_stopped_during_the_check_is_not_resumed(
+    site: Site, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    log = open_log(site.root / "log", site.signer)
+    append(log, 0, 10)
+    await site.serve(log)
+    site.store.set_alert(ORIGIN, "fork", ledger_pb2.IntakeEvidence().SerializeToString())
+    intake = await site.start_intake()
+    [link] = intake.links
+    real_check = link.check_resume
+
+    async def check_while_stopping() -> ResumeCheck:
+        check = await real_check()
+        await intake.stop()  # as the daemon shutting down meanwhile would
+        return check
+
+    monkeypatch.setattr(link, "check_resume", check_while_stopping)
+    with pytest.raises(ResumeRefusedError, match="stopped while the collector was asked"):
+        await intake.clear(ORIGIN, actor="CN=test", why="shutting down")
+    assert [a.reason for a in site.store.alerts()] == ["fork"]
+    assert site.state() == "alert: fork"
     log.close()

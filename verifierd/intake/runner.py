@@ -113,6 +113,8 @@ class Intake:
                     extra={"origin": origin, "actor": actor, "check": check.summary},
                 )
                 raise ResumeRefusedError(check.summary)
+            if not self._running:
+                raise ResumeRefusedError("the intake stopped while the collector was asked")
             cleared = await asyncio.to_thread(
                 self._store.clear_alert, origin, actor=actor, why=why, check=check.summary
             )
