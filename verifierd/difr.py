@@ -22,6 +22,9 @@ on the same dtypes; checked against vLLM's own functions in the tests):
 - top-p (with or without top-k): sort x ascending; top-k drops sorted values
   below the k-th largest; p = softmax of the sorted row; c = cumsum(p); drop
   positions with c <= 1 - top_p (float32), always keeping the largest.
+  On the CPU the first kept value is usually found without the sort, from a
+  partition and a bound on vLLM's float32 rounding (`top_p_first_kept`); rows
+  the bound cannot settle are sorted.
 
 vLLM applies the top-p path to every row of a batch in which any request uses
 top-p; for a row with top_p = 1 that only drops tokens whose float32
@@ -48,6 +51,13 @@ SAMPLING_EPS = 1e-5
 MIN_TEMPERATURE = 1e-2
 #: Rows of logits scored at once (bounds the [rows, width] temporaries).
 DEFAULT_CHUNK_ROWS = 256
+#: Logits the CPU top-p mask handles at once (a block stays in the cache).
+BLOCK_ELEMENTS = 1 << 18
+#: The sort-free top-p path is used while it needs at most width / this candidates.
+CANDIDATE_FRACTION = 4
+_U32 = 2.0**-24
+_EXP_REL = 2.0**-17
+_DEPTH_SLACK = 64
 
 
 class DifrError(VerifierdError):
@@ -178,39 +188,177 @@ def apply_top_k_top_p(x: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor
     logits; ``x`` may be modified in place.
 
     vLLM's top-p drops a prefix of the ascending sort, so only the sorted *values*
-    matter (they do not depend on the sort algorithm): the drop count m follows from
-    them, and every token below the first kept value goes. Only when that value is
-    tied with a dropped one does the tie order of ``torch.sort`` decide, and those
-    rows take vLLM's own sort-and-scatter path. Sorting values with numpy on the CPU
-    is about ten times faster than ``torch.sort`` with indices.
+    matter (they do not depend on the sort algorithm): the drop count follows from
+    them, and every token below the first kept value goes. On the CPU most rows get
+    that value from `top_p_first_kept` without sorting the row; the rest (and every
+    row on other devices) take `_top_p_by_sort`.
     """
     width = x.shape[1]
     k_on = 0 < top_k < width
-    if k_on:
+    if top_p >= 1:
+        if not k_on:
+            return x
         kth = x.topk(top_k, dim=1).values[:, top_k - 1 : top_k]
-        if top_p >= 1:
-            return x.masked_fill_(x < kth, -float("inf"))
-        xk = x.masked_fill(x < kth, -float("inf"))
-    elif top_p >= 1:
-        return x
-    else:
-        xk = x
+        return x.masked_fill_(x < kth, -float("inf"))
+    if x.device.type != "cpu":
+        if k_on:
+            kth = x.topk(top_k, dim=1).values[:, top_k - 1 : top_k]
+            return _top_p_by_sort(x, x.masked_fill(x < kth, -float("inf")), top_k, top_p)
+        return _top_p_by_sort(x, x, width, top_p)
+    out = np.empty(x.shape, dtype=np.float32)
+    block = max(1, BLOCK_ELEMENTS // width)
+    for a in range(0, x.shape[0], block):
+        xb = x[a : a + block].numpy()
+        if k_on:
+            first, decided = top_k_top_p_first_kept(xb, top_k, top_p)
+        else:
+            first, decided = top_p_first_kept(xb, top_p)
+        ob = out[a : a + block]
+        np.copyto(ob, xb)
+        np.copyto(ob, np.float32(-np.inf), where=xb < first[:, None])
+        if not decided.all():
+            rows = torch.from_numpy(np.flatnonzero(~decided) + a)
+            xr = x[rows]
+            if k_on:
+                kth = xr.topk(top_k, dim=1).values[:, top_k - 1 : top_k]
+                xkr = xr.masked_fill(xr < kth, -float("inf"))
+            else:
+                xkr = xr
+            out[rows.numpy()] = _top_p_by_sort(xr, xkr, top_k if k_on else width, top_p).numpy()
+    return torch.from_numpy(out)
+
+
+def _top_p_by_sort(x: torch.Tensor, xk: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
+    """The top-p mask of ``xk`` (``x`` after its top-k mask) from the sorted row, as
+    vLLM computes it; ties between the first kept and the last dropped value take
+    vLLM's own sort-and-scatter path (``torch.sort``'s tie order decides)."""
     if xk.device.type == "cpu":
         values = torch.from_numpy(np.sort(xk.numpy(), axis=-1))
     else:
         values = xk.sort(dim=-1).values
     probs = values.softmax(dim=-1)
     cum = torch.cumsum(probs, dim=-1, out=probs)
-    drop = cum <= 1 - torch.tensor(top_p, dtype=torch.float32, device=x.device)
-    drop[:, -1] = False
-    n_drop = drop.sum(dim=1, keepdim=True)
+    # cum never decreases (vLLM's float32 cumsum accumulates in float64), so the
+    # positions vLLM drops (cum <= 1 - p, never the last) are a prefix.
+    limit = 1 - torch.tensor([[top_p]], dtype=torch.float32, device=x.device)
+    n_drop = torch.searchsorted(cum, limit.expand(cum.shape[0], 1).contiguous(), right=True)
+    n_drop.clamp_(max=cum.shape[1] - 1)
     first_kept = values.gather(1, n_drop)
     last_dropped = values.gather(1, (n_drop - 1).clamp_min(0))
     tied = ((n_drop > 0) & (last_dropped == first_kept)).view(-1)
     out = xk.masked_fill(xk < first_kept, -float("inf"))
     if bool(tied.any()):
-        out[tied] = _sort_and_scatter(x[tied], top_k if k_on else width, top_p)
+        out[tied] = _sort_and_scatter(x[tied], top_k, top_p)
     return out
+
+
+def top_p_first_kept(
+    x: npt.NDArray[np.float32], top_p: float
+) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.bool_]]:
+    """vLLM's first kept value of the top-p mask of each row of ``x`` [rows, width]
+    (float32), found without sorting the rows, and whether it was decided (rows
+    that were not get +inf and need `_top_p_by_sort`).
+
+    vLLM drops ascending position i when fl32(D_i) <= t, where t = fl32(1 - p) and
+    D_i is its float64 running sum of the float32 softmax of the sorted row. In
+    descending order: a token is dropped when the probability mass R of itself
+    and every token after it is <= t. Only the tokens near that boundary matter.
+    The candidates are the tokens with probability >= t / width (all the others
+    together hold less than t, so they go), at most width / CANDIDATE_FRACTION of
+    them, taken with a partition and sorted; `_certify` decides from them (a row
+    whose boundary lies beyond the candidates stays undecided).
+    """
+    rows, width = x.shape
+    m = x.max(axis=1, keepdims=True)
+    q = torch.exp(torch.from_numpy(x - m)).numpy()
+    s = q.sum(axis=1, dtype=np.float64)
+    t = float(np.float32(1) - np.float32(top_p))
+    floor = ((t / width) * (1 - 2.0**-10) * s).astype(np.float32)
+    k = int(np.count_nonzero(q >= floor[:, None], axis=1).max()) + 1
+    k = min(k, width // CANDIDATE_FRACTION)
+    part = np.partition(x, width - k, axis=1)[:, width - k :]
+    v = np.sort(part, axis=1)[:, ::-1]
+    inside = torch.exp(torch.from_numpy(v - m)).numpy().astype(np.float64)
+    outside = np.maximum(s - inside.sum(axis=1), 0.0) + s * 2.0**-20
+    return _certify(v, inside, s, outside, width=width, top_p=top_p, last_run_complete=False)
+
+
+def top_k_top_p_first_kept(
+    x: npt.NDArray[np.float32], top_k: int, top_p: float
+) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.bool_]]:
+    """`top_p_first_kept` after a top-k mask: vLLM's softmax gives the tokens top-k
+    removed exactly 0, so the top-k values are the candidates. Rows where another
+    token ties the k-th value (top-k keeps it too) are left undecided."""
+    rows, width = x.shape
+    v = -np.partition(-x, top_k - 1, axis=1)[:, :top_k]
+    v = np.sort(v, axis=1)[:, ::-1]
+    extra_ties = np.count_nonzero(x >= v[:, -1:], axis=1) > top_k
+    inside = torch.exp(torch.from_numpy(v - v[:, :1])).numpy().astype(np.float64)
+    s = inside.sum(axis=1)
+    # After the k values comes a masked token: vLLM's running sum there is 0 <= t.
+    v = np.append(v, np.full((rows, 1), -np.inf, dtype=np.float32), axis=1)
+    inside = np.append(inside, np.zeros((rows, 1)), axis=1)
+    first, decided = _certify(
+        v, inside, s, np.zeros(rows), width=width, top_p=top_p, last_run_complete=True
+    )
+    first[extra_ties] = np.inf
+    decided[extra_ties] = False
+    return first, decided
+
+
+def _certify(
+    v: npt.NDArray[np.float32],
+    inside: npt.NDArray[np.float64],
+    s: npt.NDArray[np.float64],
+    outside: npt.NDArray[np.float64],
+    *,
+    width: int,
+    top_p: float,
+    last_run_complete: bool,
+) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.bool_]]:
+    """The top-p boundary among candidates ``v`` [rows, n] (descending), accepted
+    only where it holds for every value vLLM's float32 arithmetic can produce.
+
+    ``inside``: our exp(v - max) (float64 of float32 values); ``s``: our sum of exp
+    over the row; ``outside``: an upper bound of that sum over the non-candidates.
+    Our mass R_j = (s - sum of inside before j) / s. The bound on |D_j - R_j|:
+    each float32 softmax value of vLLM (and each of ours) is within relative
+    2**-17 (exp; a 20-ulp exp is 2**-19.7) + 104 u (the rounding of x - max,
+    |x - max| <= 104 where exp does not underflow) + 4 u (reciprocal, product;
+    u = 2**-24) of the exact softmax, plus the relative error of vLLM's float32
+    sum of exp over the sorted row. That sum runs through the row in ascending
+    order (in lanes, then a few combining steps), so a token is in at most
+    (number of tokens >= it) + 64 rounded partial sums, and the sum is off by at
+    most u * sum_j e_j * depth_j; non-candidates count with depth width + 64.
+    Float64 sums add at most width * 2**-52. The tests check rows whose boundary
+    sits just outside the bound against vLLM's own function.
+
+    A token is certainly dropped when R + bound <= t, certainly kept when
+    R - bound >= the next float32 above t. The row is decided when the first
+    certainly dropped candidate follows a certainly kept one of a different value.
+    """
+    rows, n = v.shape
+    t = np.float32(1) - np.float32(top_p)
+    t64, t_next = float(t), float(np.nextafter(t, np.float32(2)))
+    prefix = np.cumsum(inside, axis=1) - inside
+    mass = (s[:, None] - prefix) / s[:, None]
+    # Depth: the number of candidates >= v_j (the end of v_j's run of equal values)
+    # + 64; the last run may go on past the candidates unless told otherwise.
+    index = np.arange(n)
+    ends_here = np.append(v[:, :-1] != v[:, 1:], np.full((rows, 1), last_run_complete), axis=1)
+    run_end = np.minimum.accumulate(np.where(ends_here, index, n)[:, ::-1], axis=1)[:, ::-1]
+    depth = np.where(run_end < n, run_end + 1, width) + _DEPTH_SLACK
+    spread = (inside * depth).sum(axis=1) + outside * (width + _DEPTH_SLACK)
+    rel = spread * _U32 * 1.01 / s + 2 * (_EXP_REL + 108 * _U32)
+    bound = mass * rel[:, None] + width * 2.0**-50 + 2.0**-120
+    dropped = mass + bound <= t64
+    kept = mass - bound >= t_next
+    r = np.arange(rows)
+    f = dropped.argmax(axis=1)
+    last = np.maximum(f - 1, 0)
+    ok = dropped[r, f] & (f >= 1) & kept[r, last] & (v[r, last] != v[r, f])
+    first = np.where(ok, v[r, last], np.float32(np.inf)).astype(np.float32)
+    return first, ok
 
 
 def _sort_and_scatter(x: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:

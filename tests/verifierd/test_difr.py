@@ -17,6 +17,8 @@ from verifierd.difr import (
     reproducibility_problem,
     scaled_logits,
     score_margins,
+    top_k_top_p_first_kept,
+    top_p_first_kept,
 )
 from verifierd.samplers import NotReproducibleError, get_profile
 
@@ -67,6 +69,73 @@ def test_masks_equal_vllm_cpu_functions(
         assert (kept <= top_k).all()
     if k_on and top_p == 1.0:
         assert (kept >= top_k).all()  # ties at the k-th value are kept
+
+
+def _vllm_mask(x: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
+    ops = pytest.importorskip("vllm.v1.sample.ops.topk_topp_sampler")
+    rows = x.shape[0]
+    k = torch.full((rows,), top_k, dtype=torch.int32) if top_k > 0 else None
+    p = torch.full((rows,), top_p, dtype=torch.float32)
+    out: torch.Tensor = ops.apply_top_k_top_p_pytorch(x.clone(), k, p, allow_cpu_sync=True)
+    return out
+
+
+@pytest.mark.vllm
+@pytest.mark.parametrize(
+    ("width", "scale", "top_k", "top_p"),
+    [
+        (2176, 6.0, -1, 0.95),
+        (2176, 2.0, -1, 0.5),
+        (2176, 2.0, 50, 0.9),
+        (32000, 4.0, -1, 0.8),
+        (32000, 8.0, 40, 0.95),
+        (151936, 6.0, -1, 0.95),
+    ],
+)
+def test_sort_free_top_p_equals_vllm_and_decides_most_rows(
+    width: int, scale: float, top_k: int, top_p: float
+) -> None:
+    gen = torch.Generator().manual_seed(width + top_k)
+    rows = 4 if width > 100_000 else 16
+    x = torch.randn(rows, width, generator=gen) * scale
+    x[:, -128:] = 0.0  # zero logits of padding rows, tied with each other
+    assert torch.equal(apply_top_k_top_p(x.clone(), top_k, top_p), _vllm_mask(x, top_k, top_p))
+    xn = x.numpy()
+    if top_k > 0:
+        _, decided = top_k_top_p_first_kept(xn, top_k, top_p)
+    else:
+        _, decided = top_p_first_kept(xn, top_p)
+    assert decided.mean() >= 0.75  # the sort is the exception, not the rule
+
+
+def _boundary_cases(width: int, seed: int) -> list[tuple[torch.Tensor, float]]:
+    """Rows with a top_p 0, 1, 2, 4, ... 1024 float32 steps below or above the one
+    whose t = 1 - p is nearest vLLM's own running sum at the nucleus boundary: from
+    decisions no bound can settle (the sort decides) to ones ours decides."""
+    gen = torch.Generator().manual_seed(seed)
+    out = []
+    for _ in range(4):
+        x = torch.randn(1, width, generator=gen) * 4
+        cum = torch.cumsum(torch.sort(x, dim=-1).values.softmax(dim=-1), dim=-1)[0]
+        c = np.float32(cum[int(torch.searchsorted(cum, torch.tensor([0.05])))])
+        for steps in (0, 1, 2, 4, 16, 64, 256, 1024):
+            for direction in (0.0, 2.0):
+                top_p = np.float32(1) - c
+                for _ in range(steps):
+                    top_p = np.nextafter(top_p, np.float32(direction))
+                out.append((x, float(top_p)))
+    return out
+
+
+@pytest.mark.vllm
+@pytest.mark.parametrize("width", [2176, 32000])
+def test_sort_free_top_p_is_exact_at_the_boundary(width: int) -> None:
+    decided = 0
+    cases = _boundary_cases(width, seed=width)
+    for x, top_p in cases:
+        assert torch.equal(apply_top_k_top_p(x.clone(), -1, top_p), _vllm_mask(x, -1, top_p))
+        decided += int(top_p_first_kept(x.numpy(), top_p)[1][0])
+    assert 0 < decided < len(cases)
 
 
 def test_min_p_keeps_tokens_within_a_fraction_of_the_top_probability() -> None:
