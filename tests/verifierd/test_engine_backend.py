@@ -18,6 +18,7 @@ import pytest
 import torch
 
 from tests.conftest import TinyModels
+from verifierd import difr
 from verifierd.difr import SamplingSettings
 from verifierd.engine.backend import (
     EngineBackend,
@@ -99,6 +100,16 @@ def test_honest_output_scores_exactly_zero(
         assert d.margins.tolist() == [0.0] * N_OUT
         assert r.prefill_ns > 0 and r.scoring_ns > 0 and r.logits_ns > 0
         assert d.margins_f16() == bytes(2 * N_OUT)
+
+
+def test_honest_output_scores_exactly_zero_with_the_sort_free_top_p_mask(
+    backend: EngineBackend, honest: list[ScoreRequest], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The engine runs in this process: lowering the width from which the mask skips
+    the sort puts the real engine's logits rows through `top_p_first_kept`."""
+    monkeypatch.setattr(difr, "SORT_FREE_MIN_WIDTH", 0)
+    results = backend.score(honest, PROFILE, DELTA_MAX)
+    assert all(r.difr.margins.tolist() == [0.0] * N_OUT for r in results)
 
 
 def _sampled(honest: list[ScoreRequest]) -> list[ScoreRequest]:
