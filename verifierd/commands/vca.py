@@ -30,7 +30,6 @@ import aiohttp
 from verifierd.config import load_config
 from verifierd.cost_log import CostLog, cost_log_dir
 from verifierd.errors import VerifierdError
-from verifierd.meter.readings import Method
 from verifierd.vca import (
     PRESETS,
     Measure,
@@ -40,6 +39,7 @@ from verifierd.vca import (
     SeriesKind,
     VcaReport,
     VcaRow,
+    prover_query,
     vca_report,
 )
 
@@ -133,12 +133,8 @@ def _prover_query(
     if args.query:
         query = ProverQuery(args.query, SeriesKind(args.query_kind), Measure.CUSTOM)
     else:
-        name = args.prover
-        if name == AUTO:
-            batches = cost_log.between(from_ns, to_ns, args.commitment)
-            cpu = bool(batches) and all(b.method is Method.CPU_SECONDS for b in batches)
-            name = "cpu" if cpu else "dcgm"
-        query = PRESETS[name]
+        batches = cost_log.between(from_ns, to_ns, args.commitment) if args.prover == AUTO else []
+        query = prover_query(args.prover, batches)
     if args.step is not None:
         query = ProverQuery(query.query, query.kind, query.measure, args.step)
     return query
