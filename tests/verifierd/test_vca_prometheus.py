@@ -26,6 +26,7 @@ from veritap.v1 import record_pb2
 from collector.metrics import CaptureFeed, CaptureTotals, CollectorMetrics
 from tests.verifierd.prometheus_server import PROMETHEUS, SCRAPE_INTERVAL_S, PrometheusServer
 from tests.verifierd.prover_meter_process import prover_meter
+from verifierd.api.sources import VcaFigure
 from verifierd.config import MetricsConfig
 from verifierd.cost_log import BatchCost, CostLog
 from verifierd.meter.readings import Method
@@ -162,9 +163,13 @@ async def test_prometheus_scrapes_and_vca_reads_back(
             )
             config = MetricsConfig(prover_url=prometheus.url, prover="dcgm")
             gauge = VcaGauge(costs.between, client, config, verifier)
+            assert gauge.figure() is None
             report = await gauge.refresh()
             [row] = report.rows
             assert row.vca == pytest.approx(4.0, rel=0.5)
+            # GetStats' figure is the report's total over all commitments.
+            assert report.total is not None
+            assert gauge.figure() == VcaFigure(report.total.vca or 0.0, "nvml-gpm")
             time.sleep(5 * SCRAPE_INTERVAL_S)
             now = time.time_ns()
             scraped = await client.query_range(

@@ -28,6 +28,7 @@ from collections.abc import Callable, Sequence
 import aiohttp
 from veritap.v1 import verifier_pb2
 
+from verifierd.api.sources import VcaFigure
 from verifierd.config import MetricsConfig
 from verifierd.cost_log import BatchCost, CostLog, CostLogError, cost_log_dir
 from verifierd.daemon import DaemonContext
@@ -136,8 +137,15 @@ class VcaGauge:
         self._config = config
         self._metrics = metrics
         self._problem = ""
-        #: The last report (what GetStats could show too).
+        #: The last report (GetStats shows its total through `figure`).
         self.latest: VcaReport | None = None
+
+    def figure(self) -> VcaFigure | None:
+        """The last report's VCA over all commitments (None while unknown)."""
+        total = None if self.latest is None else self.latest.total
+        if total is None or total.vca is None:
+            return None
+        return VcaFigure(total.vca, str(total.method))
 
     async def refresh(self, now_ns: int | None = None) -> VcaReport:
         """One report over [now - vca_window_s, now]; exported, kept in `latest`, returned."""
@@ -225,6 +233,10 @@ class ComputeMeterService:
             client = PrometheusClient(metrics.prover_url, self._session)
             self.vca = VcaGauge(self._recorder.between, client, metrics, METRICS)
             self._vca_task = asyncio.create_task(self.vca.run(), name="vca-gauge")
+
+    async def vca_figure(self) -> VcaFigure | None:
+        """GetStats' VCA: the gauge's latest figure (None without a prover to read)."""
+        return None if self.vca is None else self.vca.figure()
 
     async def stop(self) -> None:
         if self._vca_task is not None:
