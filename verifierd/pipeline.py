@@ -39,6 +39,7 @@ from verifierd.commitments import Commitment, CommitmentRegistry, DifrSettings
 from verifierd.config import Config
 from verifierd.engine.backend import ScoreRequest, ScoreResult
 from verifierd.engine.pool import EngineError, EnginePool, EngineRef
+from verifierd.metrics import METRICS, VerifierMetrics
 from verifierd.request_sampling import (
     SamplingNotReproducibleError,
     request_replay,
@@ -121,6 +122,7 @@ class Pipeline:
         secret: bytes,
         clock: Callable[[], int] = time.time_ns,
         reverify: bool = False,
+        metrics: VerifierMetrics = METRICS,
     ) -> None:
         """``reverify``: hash every committed file at each commitment's first engine load
         instead of trusting the weights cache's stamps."""
@@ -136,6 +138,7 @@ class Pipeline:
         self._blocked_until: dict[str, int] = {}
         self._model_dirs: dict[str, Path] = {}
         self._reverify = reverify
+        self._metrics = metrics
 
     def set_batch_meter(self, meter: BatchMeter) -> None:
         self._meter = meter
@@ -357,6 +360,7 @@ class Pipeline:
         )
         results = {r.request_id: r for r in scored.results}
         rejected = {r.request_id: r.reason for r in scored.rejected}
+        self._metrics.batch_records.labels(commitment=commitment.commitment_id).observe(len(batch))
         cost = self._measure(
             batch=batch,
             commitment=commitment,

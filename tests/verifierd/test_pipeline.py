@@ -21,6 +21,7 @@ from verifierd import pipeline as pipeline_module
 from verifierd.commitments import Commitment, CommitmentRegistry, DifrSettings, write_commitment
 from verifierd.config import parse_config
 from verifierd.engine.pool import EnginePool
+from verifierd.metrics import VerifierMetrics
 from verifierd.pipeline import Pipeline
 from verifierd.store import Store, StoredVerdict
 from verifierd.verdicts import check_signed_verdict
@@ -40,6 +41,7 @@ class Rig:
     signer: Signer
     commitment: Commitment
     weights: WeightsCache
+    metrics: VerifierMetrics
 
     def drain(self, rounds: int = 50) -> None:
         for _ in range(rounds):
@@ -86,6 +88,7 @@ def make_rig(tmp_path: Path, *, reverify: bool = False) -> Iterator[Rig]:
     store = Store.open(config.store_dir)
     pool = EnginePool(config.engines)
     signer = Signer.generate("verifierd")
+    metrics = VerifierMetrics()
     pipeline = Pipeline(
         config=config,
         store=store,
@@ -95,8 +98,9 @@ def make_rig(tmp_path: Path, *, reverify: bool = False) -> Iterator[Rig]:
         signer=signer,
         secret=b"s" * 32,
         reverify=reverify,
+        metrics=metrics,
     )
-    yield Rig(store, pool, pipeline, signer, c, weights)
+    yield Rig(store, pool, pipeline, signer, c, weights, metrics)
     pool.close()
     store.close()
 
@@ -145,6 +149,11 @@ def test_every_record_gets_exactly_one_signed_verdict(rig: Rig) -> None:
     assert got["gap"].detail.startswith("CAPTURE_QUALITY_RESPONSE_GAP")
     assert rig.store.counts().verdicts == len(expected)
     assert sum(rig.store.verdict_counts().values()) == len(expected)
+    # Six records went to the engine: the five scored and "refused", which it rejected.
+    batched = rig.metrics.registry.get_sample_value(
+        "veritap_verifier_batch_records_sum", {"commitment": rig.commitment.commitment_id}
+    )
+    assert batched == 6
 
 
 def test_engine_failures_retry_then_give_up(rig: Rig) -> None:

@@ -91,7 +91,6 @@ class BatchCostRecorder:
         self._metrics.batch_activity_seconds.labels(**labels, method=str(cost.method)).inc(
             cost.activity_seconds
         )
-        self._metrics.batch_records.labels(**labels).observe(batch.records)
         if cost.coverage < 0.9:
             log.warning(
                 "batch only partly metered",
