@@ -24,6 +24,7 @@ from tui import formats
 from tui.client import CallRefusedError, CollectorReading, DaemonUnavailableError
 from tui.screens.clear_alert import ClearAlertScreen
 from tui.screens.console_screen import ConsoleScreen
+from tui.widgets.backlog_table import BacklogTable
 from tui.widgets.keyed_table import KeyedTable, Row
 from tui.widgets.verdict_table import STATUS_STYLES
 
@@ -60,7 +61,7 @@ class OverviewScreen(ConsoleScreen):
         yield Label("Verifier", classes="section")
         yield Static(id="verifier-summary")
         yield Label("Backlog", classes="section")
-        yield KeyedTable(id="backlog")
+        yield BacklogTable(id="backlog")
 
     def on_mount(self) -> None:
         collectors = self.query_one("#collectors", KeyedTable)
@@ -70,11 +71,6 @@ class OverviewScreen(ConsoleScreen):
         collectors.add_column("Log head", width=8)
         collectors.add_column("Lag", width=5)
         collectors.add_column("Intake", width=16)
-        backlog = self.query_one("#backlog", KeyedTable)
-        backlog.add_column("Model", width=14)
-        backlog.add_column("Commitment", width=12)
-        backlog.add_column("Pending", width=8)
-        backlog.add_column("Oldest", width=8)
 
     async def load(self) -> None:
         stats, readings, commitments = await asyncio.gather(
@@ -83,20 +79,7 @@ class OverviewScreen(ConsoleScreen):
         self._show_collectors(stats, readings)
         self._show_summary(stats)
         names = {c.commitment_id: ", ".join(c.served_model_names) for c in commitments}
-        self.query_one("#backlog", KeyedTable).show_rows(
-            [
-                (
-                    b.commitment_id,
-                    (
-                        names.get(b.commitment_id, "?"),
-                        formats.short_id(b.commitment_id),
-                        formats.count(b.pending),
-                        formats.age(b.oldest_pending_age_ns),
-                    ),
-                )
-                for b in stats.backlog
-            ]
-        )
+        self.query_one("#backlog", BacklogTable).show_backlog(stats.backlog, names)
 
     def _capture(self, name: str, status: ledger_pb2.GetStatusResponse) -> str:
         if not status.HasField("capture"):

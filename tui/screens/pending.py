@@ -11,6 +11,7 @@ from textual.widgets import DataTable, Label
 
 from tui import formats
 from tui.screens.console_screen import ConsoleScreen
+from tui.widgets.backlog_table import BacklogTable
 from tui.widgets.keyed_table import KeyedTable, OpenableTable
 
 _SHOWN = 200
@@ -27,16 +28,11 @@ class PendingScreen(ConsoleScreen):
 
     def compose_body(self) -> ComposeResult:
         yield Label("Backlog by model", classes="section")
-        yield KeyedTable(id="backlog")
+        yield BacklogTable(id="backlog")
         yield Label("Waiting records, oldest first", classes="section")
         yield OpenableTable(id="pending")
 
     def on_mount(self) -> None:
-        backlog = self.query_one("#backlog", KeyedTable)
-        backlog.add_column("Model", width=14)
-        backlog.add_column("Commitment", width=12)
-        backlog.add_column("Pending", width=8)
-        backlog.add_column("Oldest", width=8)
         pending = self.query_one("#pending", KeyedTable)
         pending.add_column("Age", width=5)
         pending.add_column("Model", width=12)
@@ -49,20 +45,7 @@ class PendingScreen(ConsoleScreen):
             self.client.stats(), self.client.pending(_SHOWN), self.client.commitments()
         )
         names = {c.commitment_id: ", ".join(c.served_model_names) for c in commitments}
-        self.query_one("#backlog", KeyedTable).show_rows(
-            [
-                (
-                    b.commitment_id,
-                    (
-                        names.get(b.commitment_id, "?"),
-                        formats.short_id(b.commitment_id),
-                        formats.count(b.pending),
-                        formats.age(b.oldest_pending_age_ns),
-                    ),
-                )
-                for b in stats.backlog
-            ]
-        )
+        self.query_one("#backlog", BacklogTable).show_backlog(stats.backlog, names)
         now = time.time_ns()
         self._pending = {f"{p.origin}\x00{p.seq}": (p.record_id, p.origin) for p in items}
         self.query_one("#pending", KeyedTable).show_rows(
