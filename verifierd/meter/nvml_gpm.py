@@ -45,6 +45,7 @@ from verifierd.meter.nvml_recording import (
     expect_list,
     expect_number,
 )
+from verifierd.meter.per_gpu import PerGpuSampler
 from verifierd.meter.readings import Method, Reading, gpu_target
 
 log = logging.getLogger(__name__)
@@ -274,23 +275,16 @@ def _fraction(result: GpmMetricResult) -> float | None:
     return min(1.0, max(0.0, result.value / 100.0))
 
 
-class GpmSampler:
+class GpmSampler(PerGpuSampler):
     """Sampler over NVML GPM; each read() yields one Reading per GPU (after the first)."""
 
     def __init__(self, api: GpmApi, gpus: Sequence[int] | None = None) -> None:
-        count = api.device_count()
-        if count == 0:
-            raise MeterUnavailableError("NVML sees no GPU")
-        chosen = tuple(range(count)) if gpus is None else tuple(gpus)
-        outside = [g for g in chosen if not 0 <= g < count]
-        if outside:
-            raise MeterUnavailableError(f"GPU(s) {outside} not present (NVML sees {count})")
-        unsupported = [g for g in chosen if not api.is_supported(g)]
+        super().__init__(api.device_count(), gpus)
+        unsupported = [g for g in self.gpus if not api.is_supported(g)]
         if unsupported:
             raise MeterUnavailableError(f"GPM not supported on GPU(s) {unsupported}")
         self._api = api
-        self._gpus = chosen
-        self._state = {gpu: _GpuState() for gpu in chosen}
+        self._state = {gpu: _GpuState() for gpu in self.gpus}
         self._missing_warned: set[tuple[int, int]] = set()
 
     @property
@@ -300,16 +294,6 @@ class GpmSampler:
     @property
     def min_interval_s(self) -> float:
         return 0.1
-
-    @property
-    def gpus(self) -> tuple[int, ...]:
-        return self._gpus
-
-    def targets(self) -> tuple[str, ...]:
-        return tuple(gpu_target(g) for g in self._gpus)
-
-    def targets_for(self, gpus: Sequence[int], pids: Sequence[int]) -> tuple[str, ...]:
-        return tuple(gpu_target(g) for g in gpus)
 
     def read(self) -> list[Reading]:
         out: list[Reading] = []

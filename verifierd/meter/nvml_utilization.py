@@ -38,6 +38,7 @@ from verifierd.meter.nvml_recording import (
     expect_list,
     expect_number,
 )
+from verifierd.meter.per_gpu import PerGpuSampler
 from verifierd.meter.readings import Method, Reading, gpu_target
 
 log = logging.getLogger(__name__)
@@ -138,19 +139,12 @@ def _fraction(percent: float) -> float:
     return min(1.0, max(0.0, percent / 100.0))
 
 
-class UtilizationSampler:
+class UtilizationSampler(PerGpuSampler):
     """Sampler over nvmlDeviceGetUtilizationRates: a Reading per GPU per read() after the first."""
 
     def __init__(self, api: UtilizationApi, gpus: Sequence[int] | None = None) -> None:
-        count = api.device_count()
-        if count == 0:
-            raise MeterUnavailableError("NVML sees no GPU")
-        chosen = tuple(range(count)) if gpus is None else tuple(gpus)
-        outside = [g for g in chosen if not 0 <= g < count]
-        if outside:
-            raise MeterUnavailableError(f"GPU(s) {outside} not present (NVML sees {count})")
+        super().__init__(api.device_count(), gpus)
         self._api = api
-        self._gpus = chosen
         self._prev: dict[int, int] = {}
 
     @property
@@ -160,16 +154,6 @@ class UtilizationSampler:
     @property
     def min_interval_s(self) -> float:
         return 0.05
-
-    @property
-    def gpus(self) -> tuple[int, ...]:
-        return self._gpus
-
-    def targets(self) -> tuple[str, ...]:
-        return tuple(gpu_target(g) for g in self._gpus)
-
-    def targets_for(self, gpus: Sequence[int], pids: Sequence[int]) -> tuple[str, ...]:
-        return tuple(gpu_target(g) for g in gpus)
 
     def read(self) -> list[Reading]:
         out: list[Reading] = []
