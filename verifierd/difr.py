@@ -217,17 +217,26 @@ def apply_top_k_top_p(x: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor
         else:
             first, decided = top_p_first_kept(xb, top_p)
         ob = out[a : a + block]
-        np.copyto(ob, xb)
-        np.copyto(ob, np.float32(-np.inf), where=xb < first[:, None])
-        if not decided.all():
-            rows = torch.from_numpy(np.flatnonzero(~decided) + a)
-            xr = x[rows]
-            if k_on:
-                kth = xr.topk(top_k, dim=1).values[:, top_k - 1 : top_k]
-                xkr = xr.masked_fill(xr < kth, -float("inf"))
-            else:
-                xkr = xr
-            out[rows.numpy()] = top_p_by_sort(xr, xkr, top_k if k_on else width, top_p).numpy()
+        if decided.all():
+            np.copyto(ob, xb)
+            np.copyto(ob, np.float32(-np.inf), where=xb < first[:, None])
+            continue
+        if decided.any():
+            done = np.flatnonzero(decided)
+            ob[done] = np.where(xb[done] < first[done, None], np.float32(-np.inf), xb[done])
+            xr = torch.from_numpy(xb[~decided])
+        else:
+            xr = x[a : a + block]
+        if k_on:
+            kth = xr.topk(top_k, dim=1).values[:, top_k - 1 : top_k]
+            xkr = xr.masked_fill(xr < kth, -float("inf"))
+        else:
+            xkr = xr
+        masked = top_p_by_sort(xr, xkr, top_k if k_on else width, top_p).numpy()
+        if decided.any():
+            ob[~decided] = masked
+        else:
+            ob[...] = masked
     return torch.from_numpy(out)
 
 
@@ -278,19 +287,29 @@ def top_p_first_kept(
     rows, width = x.shape
     first = np.full(rows, np.inf, dtype=np.float32)
     decided = np.zeros(rows, dtype=np.bool_)
-    m = x.max(axis=1, keepdims=True)
-    q = torch.exp(torch.from_numpy(x - m)).numpy()
-    s = q.sum(axis=1, dtype=np.float64)
     t = float(np.float32(1) - np.float32(top_p))
-    floor = ((t / width) * (1 - 2.0**-10) * s).astype(np.float32)
-    need = np.count_nonzero(q >= floor[:, None], axis=1) + 1
-    # A row with this many tokens above the floor has a wide nucleus: sort it.
-    live = np.flatnonzero(need <= width // 2)
+    m = x.max(axis=1, keepdims=True)
+    # Rows with many tokens above the floor have a wide nucleus: they are sorted. A
+    # sample of every 16th token spots most of them before the full exp pass.
+    sample = torch.exp(torch.from_numpy(x[:, ::16] - m)).numpy()
+    floor = (t / width) * sample.sum(axis=1, dtype=np.float64) * 16
+    wide = np.count_nonzero(sample >= floor[:, None], axis=1) * 16 > width // 3
+    live = np.flatnonzero(~wide)
     if live.size == 0:
         return first, decided
-    k = min(int(need[live].max()), width // CANDIDATE_FRACTION)
-    part = np.partition(x[live], width - k, axis=1)[:, width - k :]
-    m, s = m[live], s[live]
+    if live.size < rows:
+        x, m = x[live], m[live]
+    q = torch.exp(torch.from_numpy(x - m)).numpy()
+    s = q.sum(axis=1, dtype=np.float64)
+    floor = (t / width) * (1 - 2.0**-10) * s
+    need = np.count_nonzero(q >= floor.astype(np.float32)[:, None], axis=1) + 1
+    narrow = need <= width // 2
+    if not narrow.all():
+        live, x, m, s, need = live[narrow], x[narrow], m[narrow], s[narrow], need[narrow]
+    if live.size == 0:
+        return first, decided
+    k = min(int(need.max()), width // CANDIDATE_FRACTION)
+    part = np.partition(x, width - k, axis=1)[:, width - k :]
     inside = torch.exp(torch.from_numpy(part - m)).numpy().astype(np.float64)
     outside = np.maximum(s - inside.sum(axis=1), 0.0) + s * 2.0**-20
     # Rows whose tokens beyond the candidates may hold t or more: the boundary may lie
