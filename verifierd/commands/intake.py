@@ -32,17 +32,12 @@ from typing import Any
 
 import grpc
 from veritap.signing import SigningError
-from veritap.tls import (
-    ClientTls,
-    TlsConfigError,
-    channel_credentials,
-    channel_options,
-    require_tls_off_loopback,
-)
+from veritap.tls import TlsConfigError
 from veritap.v1 import verifier_pb2, verifier_pb2_grpc
 
+from verifierd.client_options import connection_parser, open_channel
 from verifierd.commands.verdicts import json_line
-from verifierd.config import Config, ServiceConfig, load_config
+from verifierd.config import Config, load_config
 from verifierd.errors import VerifierdError
 from verifierd.intake import Intake
 from verifierd.store import Store
@@ -58,13 +53,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--config", type=Path, help="verifierd TOML file")
     parser.set_defaults(func=run)
     actions = parser.add_subparsers(dest="intake_action", metavar="[ACTION]")
-    connection = argparse.ArgumentParser(add_help=False)
-    connection.add_argument("--address", default=ServiceConfig().listen, help="host:port")
-    connection.add_argument("--ca", type=Path, help="CA certificate that issued verifierd's")
-    connection.add_argument("--cert", type=Path, help="client certificate (mutual TLS)")
-    connection.add_argument("--key", type=Path, help="client key (mutual TLS)")
-    connection.add_argument("--server-name", help="name to check in verifierd's certificate")
-    connection.add_argument("--timeout", type=float, default=30.0, help="seconds per call")
+    connection = connection_parser(timeout_s=30.0)
 
     alerts = actions.add_parser(
         "alerts", parents=[connection], help="intake alerts with a summary of their evidence"
@@ -119,23 +108,9 @@ _Action = Callable[
 ]
 
 
-def _channel(args: argparse.Namespace) -> grpc.aio.Channel:
-    tls = None
-    if args.ca is not None:
-        tls = ClientTls(ca=args.ca, cert=args.cert, key=args.key, server_name=args.server_name)
-    elif args.cert is not None or args.key is not None:
-        raise TlsConfigError("--cert and --key need --ca")
-    require_tls_off_loopback(args.address, tls)
-    if tls is None:
-        return grpc.aio.insecure_channel(args.address, options=channel_options(None))
-    return grpc.aio.secure_channel(
-        args.address, channel_credentials(tls), options=channel_options(tls)
-    )
-
-
 def _call(args: argparse.Namespace, action: _Action) -> int:
     async def main() -> int:
-        async with _channel(args) as channel:
+        async with open_channel(args) as channel:
             return await action(verifier_pb2_grpc.VerifierServiceStub(channel), args)
 
     name = f"verifierd intake {args.intake_action}"

@@ -14,22 +14,15 @@ import datetime
 import json
 import sys
 from collections.abc import AsyncIterator, Callable
-from pathlib import Path
 from typing import Any
 
 import grpc
 from google.protobuf import json_format
 from google.protobuf.message import Message
-from veritap.tls import (
-    ClientTls,
-    TlsConfigError,
-    channel_credentials,
-    channel_options,
-    require_tls_off_loopback,
-)
+from veritap.tls import TlsConfigError
 from veritap.v1 import verifier_pb2, verifier_pb2_grpc
 
-from verifierd.config import ServiceConfig
+from verifierd.client_options import connection_parser, open_channel
 
 _STATUS_PREFIX = "VERDICT_STATUS_"
 
@@ -42,13 +35,7 @@ def register(subparsers: Any) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
-    connection = argparse.ArgumentParser(add_help=False)
-    connection.add_argument("--address", default=ServiceConfig().listen, help="host:port")
-    connection.add_argument("--ca", type=Path, help="CA certificate that issued verifierd's")
-    connection.add_argument("--cert", type=Path, help="client certificate (mutual TLS)")
-    connection.add_argument("--key", type=Path, help="client key (mutual TLS)")
-    connection.add_argument("--server-name", help="name to check in verifierd's certificate")
-    connection.add_argument("--timeout", type=float, default=10.0, help="seconds per call")
+    connection = connection_parser(timeout_s=10.0)
 
     listing = actions.add_parser(
         "list", parents=[connection], help="verdicts, oldest first (or the newest N)"
@@ -117,20 +104,6 @@ def json_line(message: Message) -> str:
     return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
-def _channel(args: argparse.Namespace) -> grpc.aio.Channel:
-    tls = None
-    if args.ca is not None:
-        tls = ClientTls(ca=args.ca, cert=args.cert, key=args.key, server_name=args.server_name)
-    elif args.cert is not None or args.key is not None:
-        raise TlsConfigError("--cert and --key need --ca")
-    require_tls_off_loopback(args.address, tls)
-    if tls is None:
-        return grpc.aio.insecure_channel(args.address, options=channel_options(None))
-    return grpc.aio.secure_channel(
-        args.address, channel_credentials(tls), options=channel_options(tls)
-    )
-
-
 # The async stub class exists for type checkers only.
 _Action = Callable[
     ["verifier_pb2_grpc.VerifierServiceAsyncStub", argparse.Namespace], AsyncIterator[Message]
@@ -139,7 +112,7 @@ _Action = Callable[
 
 def _run(args: argparse.Namespace, action: _Action) -> int:
     async def main() -> None:
-        async with _channel(args) as channel:
+        async with open_channel(args) as channel:
             stub = verifier_pb2_grpc.VerifierServiceStub(channel)
             async for message in action(stub, args):
                 sys.stdout.write(json_line(message) + "\n")
