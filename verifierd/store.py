@@ -65,6 +65,8 @@ T = TypeVar("T")
 _FORMAT_VERSION = b"1"
 _ZERO_HASH = bytes(32)
 _U64 = struct.Struct(">Q")
+#: Times in a row one transaction may find the map grown by another process.
+_MAX_RESIZE_ADOPTIONS = 8
 _U32 = struct.Struct(">I")
 _PENDING = struct.Struct(">IQQH")
 _DBS = (
@@ -223,7 +225,8 @@ class Counts:
 
 
 class Store:
-    """verifierd's store. Thread-safe; open one per process (LMDB's rule)."""
+    """verifierd's store. Thread-safe; open one per process (LMDB's rule). Other processes
+    (`verifierd calibrate --apply`) may open it too: a map they grow is adopted."""
 
     def __init__(self, env: lmdb.Environment) -> None:
         self._env = env
@@ -275,6 +278,7 @@ class Store:
 
     def _write(self, body: Callable[[lmdb.Transaction], T]) -> T:
         with self._write_lock:
+            adoptions = 0
             while True:
                 try:
                     with self._gate.reading(), self._env.begin(write=True) as txn:
@@ -284,11 +288,33 @@ class Store:
                         size = self._env.info()["map_size"] * 2
                         self._env.set_mapsize(size)
                     log.info("store map grown", extra={"map_size": size})
+                except lmdb.MapResizedError:
+                    adoptions += 1
+                    self._adopt_map_size(adoptions)
 
     @contextmanager
     def _read(self) -> Iterator[lmdb.Transaction]:
-        with self._gate.reading(), self._env.begin(write=False) as txn:
-            yield txn
+        adoptions = 0
+        while True:
+            with self._gate.reading():
+                try:
+                    txn = self._env.begin(write=False)
+                except lmdb.MapResizedError:
+                    pass
+                else:
+                    with txn:
+                        yield txn
+                    return
+            adoptions += 1
+            self._adopt_map_size(adoptions)
+
+    def _adopt_map_size(self, adoptions: int) -> None:
+        """Another process (`verifierd calibrate --apply`, say) grew the map: take its size
+        once no transaction of ours is open."""
+        if adoptions > _MAX_RESIZE_ADOPTIONS:
+            raise StoreError("the store's map keeps growing faster than this process can follow")
+        with self._gate.exclusive():
+            self._env.set_mapsize(0)
 
     def _incr(self, txn: lmdb.Transaction, name: str, delta: int) -> None:
         db = self._dbs["counters"]

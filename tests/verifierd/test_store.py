@@ -5,6 +5,8 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -231,6 +233,31 @@ def test_map_grows_when_full(tmp_path: Path) -> None:
         store.ingest("edge", big[start : start + 10])
     assert store.cursor("edge").seq == 100
     assert store.counts().inbox == 100
+    store.close()
+
+
+_GROW_IN_ANOTHER_PROCESS = """
+import sys
+from verifierd.store import Store
+store = Store.open(__import__("pathlib").Path(sys.argv[1]))
+big = [(s, bytes([s % 256]) * 20_000, bytes(32)) for s in range(1, 101)]
+for start in range(0, 100, 10):
+    store.ingest("other", big[start : start + 10])
+store.close()
+"""
+
+
+def test_a_map_grown_by_another_process_is_adopted(tmp_path: Path) -> None:
+    """`verifierd calibrate --apply` writes to the daemon's store from its own process."""
+    store = Store.open(tmp_path / "s", map_size=256 * 1024)
+    store.ingest("edge", entries(1, 3))
+    grown = subprocess.run(
+        [sys.executable, "-c", _GROW_IN_ANOTHER_PROCESS, str(tmp_path / "s")], check=False
+    )
+    assert grown.returncode == 0
+    assert store.cursor("other").seq == 100  # a read first
+    store.ingest("edge", entries(4, 6))  # then a write
+    assert store.counts().entries == 106
     store.close()
 
 
