@@ -4,7 +4,11 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from prometheus_client import CollectorRegistry, Counter
+from veritap.metrics_http import serve_metrics
+
 from verifierd.commitments import DifrSettings
+from verifierd.demo.scrape import MetricsSnapshot, counter_totals
 from verifierd.demo.verdicts import (
     Calibration,
     DemoResult,
@@ -34,14 +38,31 @@ def _row(
     )
 
 
-def _result(rows: tuple[VerdictRow, ...], in_force: DifrSettings = CALIBRATED) -> DemoResult:
+CALIBRATION_ROWS = (
+    _row(1, "honest", "PASS", 0.0, COMMITTED.threshold),
+    _row(2, "honest", "PASS", 0.0, COMMITTED.threshold),
+)
+
+
+def _counted(rows: tuple[VerdictRow, ...]) -> MetricsSnapshot:
+    """What the daemons' /metrics say after `rows` (and the calibration rows)."""
+    every = (*CALIBRATION_ROWS, *rows)
+    by_status: dict[str, float] = {}
+    for row in every:
+        by_status[row.status.lower()] = by_status.get(row.status.lower(), 0.0) + 1
+    return MetricsSnapshot(collector_records=float(len(every)), verifier_verdicts=by_status)
+
+
+def _result(
+    rows: tuple[VerdictRow, ...],
+    in_force: DifrSettings = CALIBRATED,
+    metrics: MetricsSnapshot | None = None,
+) -> DemoResult:
     return DemoResult(
         calibration=Calibration(report="", last_seq=2, committed=COMMITTED, in_force=in_force),
-        calibration_rows=(
-            _row(1, "honest", "PASS", 0.0, COMMITTED.threshold),
-            _row(2, "honest", "PASS", 0.0, COMMITTED.threshold),
-        ),
+        calibration_rows=CALIBRATION_ROWS,
         rows=rows,
+        metrics=_counted(rows) if metrics is None else metrics,
     )
 
 
@@ -67,6 +88,37 @@ def test_a_dishonest_pass_and_an_honest_fail_are_problems() -> None:
         "r3 from the honest prover: FAIL",
         "r4 from the dishonest prover: PASS",
     ]
+
+
+def test_metrics_that_disagree_with_the_api_are_problems() -> None:
+    counted = _counted(GOOD)
+    short = MetricsSnapshot(2.0, {**counted.verifier_verdicts, "fail": 0.0})
+    assert check_outcome(_result(GOOD, metrics=short)) == [
+        "the collector's /metrics counted 2 records, fewer than the 5 verdicts",
+        "verifierd's /metrics counted verdicts {'PASS': 3.0, 'UNVERIFIABLE': 1.0}, the API "
+        "shows {'PASS': 3.0, 'FAIL': 1.0, 'UNVERIFIABLE': 1.0, 'SKIPPED': 0.0}",
+    ]
+
+
+def test_counter_totals_reads_a_served_registry() -> None:
+    registry = CollectorRegistry()
+    verdicts = Counter(
+        "veritap_verifier_verdicts", "v", ["commitment", "status"], registry=registry
+    )
+    verdicts.labels(commitment="a", status="pass").inc(2)
+    verdicts.labels(commitment="b", status="pass").inc(3)
+    verdicts.labels(commitment="a", status="fail").inc()
+    server = serve_metrics(registry, "127.0.0.1:0")
+    try:
+        url = server.url
+        assert counter_totals(url, "veritap_verifier_verdicts_total", "status") == {
+            "pass": 5.0,
+            "fail": 1.0,
+        }
+        assert counter_totals(url, "veritap_verifier_verdicts_total") == {"": 6.0}
+        assert counter_totals(url, "no_such_metric_total") == {}
+    finally:
+        server.close()
 
 
 def test_calibration_that_did_not_take_effect_is_a_problem() -> None:

@@ -12,6 +12,7 @@ SetDifrSettings would), ``--write FILE`` writes a new commitment file with it.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -129,6 +130,8 @@ def report(c: Calibration) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    # stdout is the report (scripts read it); the engine's vLLM logs go to stderr.
+    os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")
     try:
         config = load_config(args.config)
         commitment = find_commitment(

@@ -48,6 +48,9 @@ batch_delay_s = 0.01
 [ledger]
 listen = "127.0.0.1:{ports.ledger}"
 verifiers = ["demo-verifier"]
+
+[metrics]
+listen = "127.0.0.1:{ports.collector_metrics}"
 """
 
 
@@ -78,6 +81,13 @@ poll_interval_s = 0.2
 
 [service]
 listen = "127.0.0.1:{ports.verifier}"
+
+[metrics]
+listen = "127.0.0.1:{ports.verifier_metrics}"
+# The vca gauge reads the demo's prover meter (CPU-seconds of the provers' processes).
+prover_url = "http://127.0.0.1:{ports.prover_meter}"
+prover = "cpu"
+vca_interval_s = 5
 
 [[collectors]]
 origin = "{origin}"

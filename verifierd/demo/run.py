@@ -46,6 +46,7 @@ import aiohttp
 
 from verifierd.demo.configs import DemoPorts, collector_toml, verifierd_toml
 from verifierd.demo.processes import DemoError, ProcessGroup, free_port, port_open
+from verifierd.demo.scrape import scrape
 from verifierd.demo.traffic import (
     ChatRequest,
     Exchange,
@@ -113,12 +114,11 @@ def _veritap_command(name: str) -> list[str]:
     return [sys.executable, "-m", f"{name}.cli"]
 
 
-def _run_step(what: str, argv: list[str], log_dir: Path, env: dict[str, str] | None = None) -> str:
+def _run_step(what: str, argv: list[str], log_dir: Path) -> str:
     """Run one command to completion; its stdout is returned (stdout and stderr are
     also in log_dir/what.log)."""
     log_path = log_dir / f"{what}.log"
-    merged = {**os.environ, **(env or {})}
-    result = subprocess.run(argv, capture_output=True, text=True, check=False, env=merged)
+    result = subprocess.run(argv, capture_output=True, text=True, check=False)
     log_path.write_text(result.stdout + result.stderr)
     if result.returncode != 0:
         tail = "\n".join(log_path.read_text(errors="replace").splitlines()[-20:])
@@ -238,7 +238,7 @@ def _calibrate(
     steps.note(f"verifierd calibrate --commitment {MODEL_NAME} --to-seq {last_seq} --apply")
     # The engine is vLLM in a child process, which logs to stdout unless told otherwise;
     # the report is the command's stdout.
-    report = _run_step("calibrate", argv, logs, env={"VLLM_LOGGING_STREAM": "ext://sys.stderr"})
+    report = _run_step("calibrate", argv, logs)
     try:
         committed, in_force = settings_in_force(address, MODEL_NAME)
     except LookupError as exc:
@@ -369,6 +369,11 @@ def run_demo(options: DemoOptions) -> DemoResult:
             calibration=calibration,
             calibration_rows=tuple(r for r in every if r.seq <= calibration.last_seq),
             rows=tuple(r for r in every if r.seq > calibration.last_seq),
+            metrics=scrape(
+                f"http://127.0.0.1:{ports.collector_metrics}/metrics",
+                f"http://127.0.0.1:{ports.verifier_metrics}/metrics",
+                verdicts=len(every),
+            ),
         )
         passed = sum(r.status == "PASS" for r in result.calibration_rows)
         print(
@@ -378,11 +383,21 @@ def run_demo(options: DemoOptions) -> DemoResult:
         print(format_table(result.rows))
         print()
         print(describe_margins(margins(result.rows, calibration.in_force.threshold)))
+        counted = ", ".join(
+            f"{n:g} {s}" for s, n in sorted(result.metrics.verifier_verdicts.items())
+        )
+        print(
+            f"/metrics: the collector counted {result.metrics.collector_records:g} records, "
+            f"verifierd {counted or 'no'} verdicts"
+        )
         _print_vca(verifierd, verifierd_config, started, ports)
         print(
             "\nOperator console on the running daemons:\n"
             f"  .venv/bin/veritap-tui --verifier {address} "
-            f"--collector {ORIGIN}=127.0.0.1:{ports.ledger}"
+            f"--collector {ORIGIN}=127.0.0.1:{ports.ledger}\n"
+            "Prometheus metrics:\n"
+            f"  collector http://127.0.0.1:{ports.collector_metrics}/metrics\n"
+            f"  verifierd http://127.0.0.1:{ports.verifier_metrics}/metrics"
         )
         print(f"\ndemo wall time so far: {steps.elapsed_s():.0f} s")
         if options.keep_running:

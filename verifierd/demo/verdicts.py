@@ -14,6 +14,7 @@ import grpc
 from veritap.v1 import verifier_pb2, verifier_pb2_grpc
 
 from verifierd.commitments import DifrSettings
+from verifierd.demo.scrape import MetricsSnapshot
 
 TERMINAL = {
     verifier_pb2.VERDICT_STATUS_PASS,
@@ -21,6 +22,7 @@ TERMINAL = {
     verifier_pb2.VERDICT_STATUS_UNVERIFIABLE,
     verifier_pb2.VERDICT_STATUS_SKIPPED,
 }
+TERMINAL_NAMES = ("PASS", "FAIL", "UNVERIFIABLE", "SKIPPED")
 
 
 @dataclass(frozen=True)
@@ -59,6 +61,8 @@ class DemoResult:
     calibration_rows: tuple[VerdictRow, ...]
     #: Verdicts on the mixed honest/dishonest traffic (decided after calibration).
     rows: tuple[VerdictRow, ...]
+    #: Both daemons' /metrics counters at the end.
+    metrics: MetricsSnapshot
 
 
 @dataclass(frozen=True)
@@ -159,6 +163,16 @@ def check_outcome(result: DemoResult) -> list[str]:
         expected = "PASS" if row.prover == "honest" else "FAIL"
         if row.status != expected:
             problems.append(f"{row.record_id} from the {row.prover} prover: {row.status}")
+    every = (*result.calibration_rows, *result.rows)
+    if result.metrics.collector_records < len(every):
+        problems.append(
+            f"the collector's /metrics counted {result.metrics.collector_records:g} records, "
+            f"fewer than the {len(every)} verdicts"
+        )
+    counted = {status.upper(): n for status, n in result.metrics.verifier_verdicts.items() if n}
+    shown = {status: float(sum(r.status == status for r in every)) for status in TERMINAL_NAMES}
+    if counted != {status: n for status, n in shown.items() if n}:
+        problems.append(f"verifierd's /metrics counted verdicts {counted}, the API shows {shown}")
     for row in result.rows:
         if row.status in ("PASS", "FAIL") and row.threshold != calibration.in_force.threshold:
             problems.append(
