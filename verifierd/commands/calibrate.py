@@ -14,25 +14,14 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-import numpy.typing as npt
-from veritap.envelope import EnvelopeError, decode_envelope, decode_record
-from veritap.v1 import record_pb2
-
-from verifierd.calibration import UNCLIPPED, Calibration, calibrate
+from verifierd.calibration import Calibration, calibrate
 from verifierd.commitments import Commitment, CommitmentRegistry, write_commitment
-from verifierd.config import Config, load_config
-from verifierd.engine.backend import ScoreRequest
-from verifierd.engine.pool import EnginePool
+from verifierd.config import load_config
 from verifierd.errors import VerifierdError
-from verifierd.pipeline import score_requests
-from verifierd.request_sampling import SamplingNotReproducibleError
 from verifierd.store import Store
-from verifierd.tokens import TokensUnavailable
 from verifierd.weights_cache import WeightsCache
 
 
@@ -64,61 +53,6 @@ def find_commitment(registry: CommitmentRegistry, name: str) -> Commitment:
     return found[0]
 
 
-def honest_requests(
-    store: Store, commitment: Commitment, model_dir: Path, args: argparse.Namespace
-) -> Iterator[ScoreRequest]:
-    """Score requests for the commitment's complete, replayable records in the range."""
-    models = set(commitment.served_model_names)
-    count = 0
-    for origin in args.origin or store.origins():
-        last = args.to_seq or store.cursor(origin).seq
-        for seq in range(args.from_seq, last + 1):
-            entry = store.entry(origin, seq)
-            if entry is None or not entry.envelope:
-                continue
-            try:
-                record = decode_record(decode_envelope(entry.envelope))
-            except EnvelopeError:
-                continue
-            if (
-                record.quality != record_pb2.CAPTURE_QUALITY_COMPLETE
-                or record.api.model not in models
-                or record.response.status != 200
-            ):
-                continue
-            try:
-                requests, _, _ = score_requests(record, commitment, model_dir, f"{origin}/{seq}")
-            except (SamplingNotReproducibleError, TokensUnavailable):
-                continue
-            for request in requests:
-                if count >= args.limit:
-                    return
-                count += 1
-                yield request
-
-
-def recompute(
-    config: Config, commitment: Commitment, model_dir: Path, requests: list[ScoreRequest]
-) -> list[npt.NDArray[np.float64]]:
-    """Unclipped margins of every request, scored on the commitment's engine."""
-    pool = EnginePool(config.engines)
-    margins = []
-    try:
-        pool.acquire(commitment, model_dir)
-        step = config.engines.max_batch_requests
-        for i in range(0, len(requests), step):
-            scored = pool.score(
-                commitment.commitment_id,
-                requests[i : i + step],
-                commitment.sampler_profile,
-                UNCLIPPED,
-            )
-            margins += [r.difr.margins for r in scored.results]
-    finally:
-        pool.close()
-    return margins
-
-
 def report(c: Calibration) -> str:
     return (
         f"responses {c.responses}, tokens {c.tokens}, out of mask {c.out_of_mask_rate:.2%}\n"
@@ -140,7 +74,20 @@ def run(args: argparse.Namespace) -> int:
         model_dir = WeightsCache(config.weights_dir).verify(commitment).path
         store = Store.open(config.store_dir, readonly=not args.apply)
         try:
-            requests = list(honest_requests(store, commitment, model_dir, args))
+            # Imported here: it brings torch and the engine, which only this command needs.
+            from verifierd.calibration_traffic import honest_requests, recompute
+
+            requests = list(
+                honest_requests(
+                    store,
+                    commitment,
+                    model_dir,
+                    origins=args.origin or (),
+                    from_seq=args.from_seq,
+                    to_seq=args.to_seq,
+                    limit=args.limit,
+                )
+            )
             margins = recompute(config, commitment, model_dir, requests)
             result = calibrate(
                 margins,

@@ -24,7 +24,6 @@ from verifierd.commitments import (
 )
 from verifierd.config import load_config
 from verifierd.errors import VerifierdError
-from verifierd.samplers import PROFILE_NAMES, UnknownProfileError, get_profile
 from verifierd.weights_cache import WeightsCache
 
 
@@ -52,7 +51,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--sampler-profile",
         default="vllm-cpu-splitmix",
-        help=f"the prover's sampler ({', '.join(PROFILE_NAMES)}; default vllm-cpu-splitmix)",
+        help="the prover's sampler profile (default vllm-cpu-splitmix; a wrong name lists them)",
     )
     parser.add_argument("--dtype", help="default: config.json's torch_dtype")
     parser.add_argument("--max-model-len", type=int, help="default: max_position_embeddings")
@@ -81,6 +80,9 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    # Imported here: the sampler profiles bring torch, which the other subcommands do without.
+    from verifierd.samplers import UnknownProfileError, get_profile
+
     try:
         get_profile(args.sampler_profile)
         if not args.engine_version:

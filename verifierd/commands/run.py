@@ -11,7 +11,6 @@ from typing import Any
 from veritap.signing import SigningError
 
 from verifierd.config import load_config
-from verifierd.daemon import Daemon
 from verifierd.errors import VerifierdError
 
 
@@ -29,6 +28,9 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    # Imported here: the daemon brings torch, which the other subcommands do without.
+    from verifierd.daemon import Daemon
+
     try:
         config = load_config(args.config)
         return asyncio.run(Daemon(config, reverify=args.reverify).run())

@@ -1,0 +1,89 @@
+"""The traffic `verifierd calibrate` learns from: a commitment's complete, replayable
+records in verifierd's store, recomputed on its engine without clipping.
+
+Kept apart from the command so that `verifierd` starts without importing torch and vLLM's
+client side for every other subcommand.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+from veritap.envelope import EnvelopeError, decode_envelope, decode_record
+from veritap.v1 import record_pb2
+
+from verifierd.calibration import UNCLIPPED
+from verifierd.commitments import Commitment
+from verifierd.config import Config
+from verifierd.engine.backend import ScoreRequest
+from verifierd.engine.pool import EnginePool
+from verifierd.pipeline import score_requests
+from verifierd.request_sampling import SamplingNotReproducibleError
+from verifierd.store import Store
+from verifierd.tokens import TokensUnavailable
+
+
+def honest_requests(
+    store: Store,
+    commitment: Commitment,
+    model_dir: Path,
+    *,
+    origins: Sequence[str] = (),
+    from_seq: int = 1,
+    to_seq: int = 0,
+    limit: int,
+) -> Iterator[ScoreRequest]:
+    """Score requests for the commitment's complete, replayable records in the range
+    (every origin when `origins` is empty; `to_seq` 0: up to each origin's newest)."""
+    models = set(commitment.served_model_names)
+    count = 0
+    for origin in origins or store.origins():
+        last = to_seq or store.cursor(origin).seq
+        for seq in range(from_seq, last + 1):
+            entry = store.entry(origin, seq)
+            if entry is None or not entry.envelope:
+                continue
+            try:
+                record = decode_record(decode_envelope(entry.envelope))
+            except EnvelopeError:
+                continue
+            if (
+                record.quality != record_pb2.CAPTURE_QUALITY_COMPLETE
+                or record.api.model not in models
+                or record.response.status != 200
+            ):
+                continue
+            try:
+                requests, _, _ = score_requests(record, commitment, model_dir, f"{origin}/{seq}")
+            except (SamplingNotReproducibleError, TokensUnavailable):
+                continue
+            for request in requests:
+                if count >= limit:
+                    return
+                count += 1
+                yield request
+
+
+def recompute(
+    config: Config, commitment: Commitment, model_dir: Path, requests: list[ScoreRequest]
+) -> list[npt.NDArray[np.float64]]:
+    """Unclipped margins of every request, scored on the commitment's engine."""
+    pool = EnginePool(config.engines)
+    margins = []
+    try:
+        pool.acquire(commitment, model_dir)
+        step = config.engines.max_batch_requests
+        for i in range(0, len(requests), step):
+            scored = pool.score(
+                commitment.commitment_id,
+                requests[i : i + step],
+                commitment.sampler_profile,
+                UNCLIPPED,
+            )
+            margins += [r.difr.margins for r in scored.results]
+    finally:
+        pool.close()
+    return margins
