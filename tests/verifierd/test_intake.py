@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import shutil
-import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
 from pathlib import Path
@@ -28,6 +27,7 @@ from collector.ledger.config import LedgerConfig
 from collector.ledger.server import LedgerServer, start_ledger_service
 from collector.log import Log
 from tests.ledger_fixtures import ORIGIN, append, make_record, open_log
+from tests.polling import wait_for
 from tests.tls import LoopbackPki, write_test_pki
 from verifierd.config import CollectorConfig, Config
 from verifierd.intake import Intake
@@ -37,14 +37,6 @@ from verifierd.services.intake import create as create_service
 from verifierd.store import Store
 
 pytestmark = pytest.mark.timeout(90)
-
-
-async def wait_for(predicate: Callable[[], bool], what: str, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.02)
 
 
 class Pair:

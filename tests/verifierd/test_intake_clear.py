@@ -12,8 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import shutil
-import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import grpc
@@ -26,6 +25,7 @@ from collector.ledger.config import LedgerConfig
 from collector.ledger.server import LedgerServer, start_ledger_service
 from collector.log import Log
 from tests.ledger_fixtures import ORIGIN, append, open_log
+from tests.polling import wait_for
 from tests.service_pki import ADMIN_CN, ADMIN_SUBJECT, VERIFIER_CN, CertFiles, write_service_pki
 from verifierd.api import ServiceSettings, ServiceSources, VerifierServer, start_verifier_service
 from verifierd.cli import main as verifierd_main
@@ -36,14 +36,6 @@ from verifierd.intake.resume_check import NothingToClearError, ResumeCheck, Resu
 from verifierd.store import Store
 
 pytestmark = pytest.mark.timeout(120)
-
-
-async def wait_for(predicate: Callable[[], bool], what: str, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.02)
 
 
 class Site:
