@@ -34,6 +34,18 @@ def _case(prompt_len: int, n_out: int, seed: int) -> tuple[torch.Tensor, list[in
     return hidden, tokens
 
 
+def _feed_in_chunks(
+    job: ScoringJob, hidden: torch.Tensor, tokens: list[int], cuts: list[int]
+) -> None:
+    """Prefill chunks of the sizes in `cuts` (then the rest), in order, until the job is done."""
+    pos = 0
+    for step in [*cuts, len(tokens)]:
+        if pos >= len(tokens) or job.done:
+            break
+        job.feed(pos, hidden[pos : pos + step], tokens, _logits)
+        pos += step
+
+
 def _spec(prompt_len: int, n_out: int, s: SamplingSettings, rows: int = 3) -> JobSpec:
     return JobSpec("j", prompt_len, n_out, s, "vllm-v1-exponential-fp64", rows)
 
@@ -50,12 +62,7 @@ def test_chunked_feeding_equals_whole_response_scoring(
 ) -> None:
     hidden, tokens = _case(prompt_len, n_out, prompt_len * 100 + n_out)
     job = ScoringJob(_spec(prompt_len, n_out, s), WIDTH, CPU)
-    pos = 0
-    for step in [*cuts, len(tokens)]:  # prefill chunks of arbitrary sizes, in order
-        if pos >= len(tokens) or job.done:
-            break
-        job.feed(pos, hidden[pos : pos + step], tokens, _logits)
-        pos += step
+    _feed_in_chunks(job, hidden, tokens, cuts)
     assert job.done and not job.error
     got = JobOutcome.from_tuple(list(job.outcome().to_tuple())).margins()
     rows = _logits(hidden[prompt_len - 1 : prompt_len - 1 + n_out])
@@ -126,12 +133,7 @@ def test_chunked_feeding_replays_the_logit_adjustments(
     hidden, tokens = _case(prompt_len, n_out, prompt_len * 100 + n_out)
     spec = JobSpec("j", prompt_len, n_out, s, "vllm-v1-exponential-fp64", 3, ADJUSTED)
     job = ScoringJob(spec, WIDTH, CPU, stop_token_ids=STOPS, bad_words_token_ids=BAD_WORDS)
-    pos = 0
-    for step in [*cuts, len(tokens)]:
-        if pos >= len(tokens) or job.done:
-            break
-        job.feed(pos, hidden[pos : pos + step], tokens, _logits)
-        pos += step
+    _feed_in_chunks(job, hidden, tokens, cuts)
     assert job.done and not job.error
     got = job.outcome().margins()
     raw = _logits(hidden[prompt_len - 1 : prompt_len - 1 + n_out])
