@@ -53,7 +53,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import lmdb
-from veritap.read_gate import ReadGate
+from veritap.read_gate import MapKeepsGrowingError, ReadGate
 from veritap.v1 import log_pb2, verifier_pb2
 
 from verifierd.errors import VerifierdError
@@ -65,8 +65,6 @@ T = TypeVar("T")
 _FORMAT_VERSION = b"1"
 _ZERO_HASH = bytes(32)
 _U64 = struct.Struct(">Q")
-#: Times in a row one transaction may find the map grown by another process.
-_MAX_RESIZE_ADOPTIONS = 8
 _U32 = struct.Struct(">I")
 _PENDING = struct.Struct(">IQQH")
 _DBS = (
@@ -278,43 +276,30 @@ class Store:
 
     def _write(self, body: Callable[[lmdb.Transaction], T]) -> T:
         with self._write_lock:
-            adoptions = 0
             while True:
                 try:
-                    with self._gate.reading(), self._env.begin(write=True) as txn:
+                    with self._transaction(write=True) as txn:
                         return body(txn)
                 except lmdb.MapFullError:
                     with self._gate.exclusive():
                         size = self._env.info()["map_size"] * 2
                         self._env.set_mapsize(size)
                     log.info("store map grown", extra={"map_size": size})
-                except lmdb.MapResizedError:
-                    adoptions += 1
-                    self._adopt_map_size(adoptions)
 
     @contextmanager
     def _read(self) -> Iterator[lmdb.Transaction]:
-        adoptions = 0
-        while True:
-            with self._gate.reading():
-                try:
-                    txn = self._env.begin(write=False)
-                except lmdb.MapResizedError:
-                    pass
-                else:
-                    with txn:
-                        yield txn
-                    return
-            adoptions += 1
-            self._adopt_map_size(adoptions)
+        with self._transaction(write=False) as txn:
+            yield txn
 
-    def _adopt_map_size(self, adoptions: int) -> None:
-        """Another process (`verifierd calibrate --apply`, say) grew the map: take its size
-        once no transaction of ours is open."""
-        if adoptions > _MAX_RESIZE_ADOPTIONS:
-            raise StoreError("the store's map keeps growing faster than this process can follow")
-        with self._gate.exclusive():
-            self._env.set_mapsize(0)
+    @contextmanager
+    def _transaction(self, *, write: bool) -> Iterator[lmdb.Transaction]:
+        """Under the gate; a map grown by another process (`verifierd calibrate --apply`,
+        say) is adopted first."""
+        try:
+            with self._gate.transaction(self._env, write=write) as txn:
+                yield txn
+        except MapKeepsGrowingError as exc:
+            raise StoreError(str(exc)) from exc
 
     def _incr(self, txn: lmdb.Transaction, name: str, delta: int) -> None:
         db = self._dbs["counters"]

@@ -36,7 +36,7 @@ from veritap.envelope import (
     record_header,
 )
 from veritap.envelope import decode_record as decode_entry_record
-from veritap.read_gate import ReadGate
+from veritap.read_gate import MapKeepsGrowingError, ReadGate
 from veritap.signing import Signer
 from veritap.v1 import log_pb2, record_pb2
 
@@ -65,8 +65,6 @@ READ_CHUNK = 256
 PRUNE_CHUNK = 10_000
 # Models whose by_model_time key prefix is kept ready.
 _MODEL_PREFIX_CACHE = 1024
-# Times a reader adopts a map another process grew before it gives up.
-_MAX_RESIZE_ADOPTIONS = 8
 
 
 @dataclass(frozen=True)
@@ -388,22 +386,12 @@ class Log:
     def _read(self) -> Iterator[lmdb.Transaction[bytes]]:
         if self._closed:
             raise LogClosedError("log is closed")
-        for _ in range(_MAX_RESIZE_ADOPTIONS):
-            with self._gate.reading():
-                try:
-                    txn = self._env.begin()
-                except lmdb.MapResizedError:
-                    pass
-                else:
-                    try:
-                        yield txn
-                    finally:
-                        txn.abort()
-                    return
-            # Another process grew the map: adopt its size once no read of ours is in flight.
-            with self._gate.exclusive():
-                self._env.set_mapsize(0)
-        raise LogCorruptError("the map keeps growing faster than this reader can follow")
+        # A map another process (the writer) grew is adopted before the read begins.
+        try:
+            with self._gate.transaction(self._env) as txn:
+                yield txn
+        except MapKeepsGrowingError as exc:
+            raise LogCorruptError(str(exc)) from exc
 
     def head(self) -> Head:
         """The last durable entry (read from disk for a read-only log)."""

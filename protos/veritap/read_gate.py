@@ -2,7 +2,8 @@
 
 LMDB may only change its map size while the process has no transaction
 open; `ReadGate` makes readers and the resizer take turns. The collector's
-log and verifierd's store both grow their maps through it.
+log and verifierd's store both grow their maps through it, and both adopt,
+through `transaction`, a map another process grew.
 """
 
 from __future__ import annotations
@@ -10,6 +11,15 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+
+import lmdb
+
+#: Times in a row one transaction may find the map grown by another process.
+MAX_RESIZE_ADOPTIONS = 8
+
+
+class MapKeepsGrowingError(Exception):
+    """Another process grew the map again every time this one adopted its size."""
 
 
 class ReadGate:
@@ -46,3 +56,24 @@ class ReadGate:
             with self._cond:
                 self._resizing = False
                 self._cond.notify_all()
+
+    @contextmanager
+    def transaction(
+        self, env: lmdb.Environment, *, write: bool = False
+    ) -> Iterator[lmdb.Transaction[bytes]]:
+        """A transaction held inside `reading()`, committed when the block ends (aborted on
+        an exception). When another process has grown the map, its size is adopted once no
+        transaction of this process is open, and the transaction begun again."""
+        for _ in range(MAX_RESIZE_ADOPTIONS):
+            with self.reading():
+                try:
+                    txn = env.begin(write=write)
+                except lmdb.MapResizedError:
+                    pass
+                else:
+                    with txn:
+                        yield txn
+                    return
+            with self.exclusive():
+                env.set_mapsize(0)
+        raise MapKeepsGrowingError("the map keeps growing faster than this process can follow")
