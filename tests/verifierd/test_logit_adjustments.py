@@ -202,6 +202,8 @@ def _cases(draw: st.DrawFn) -> tuple[LogitAdjustments, list[int], list[int], lis
     ids = st.integers(0, _VOCAB - 1)
     prompt = draw(st.lists(ids, min_size=1, max_size=12))
     output = draw(st.lists(ids, min_size=1, max_size=30))
+    # The engine's token ids of the request's bad words: present only when it has some.
+    bad = draw(st.lists(st.lists(ids, min_size=1, max_size=3), max_size=3))
     adj = LogitAdjustments.from_request(
         repetition_penalty=draw(st.sampled_from([1.0, 0.7, 1.15, 2.0])),
         frequency_penalty=draw(st.sampled_from([0.0, 0.35, -1.1, 2.0])),
@@ -210,8 +212,8 @@ def _cases(draw: st.DrawFn) -> tuple[LogitAdjustments, list[int], list[int], lis
         allowed_token_ids=draw(st.lists(ids, max_size=10)),
         min_tokens=draw(st.integers(0, 8)),
         stop_token_ids=draw(st.lists(ids, max_size=2)),
+        bad_words=[f"word{i}" for i in range(len(bad))],
     )
-    bad = draw(st.lists(st.lists(ids, min_size=1, max_size=3), max_size=3))
     return adj, prompt, output, bad
 
 
