@@ -115,6 +115,19 @@ def test_budget_evicts_least_recently_used(
         big.acquire(a, tmp_path)
 
 
+def test_cpu_budget_counts_the_kv_space_of_every_rank(
+    commitments: list[Commitment], tmp_path: Path
+) -> None:
+    two_ranks = dataclasses.replace(commitments[0], tensor_parallel_size=2)
+    p = EnginePool(EnginesConfig(backend=FACTORY, cpu_memory_budget_gib=1.5))
+    try:
+        p.acquire(commitments[1], tmp_path)  # one rank: 1 GiB of KV fits
+        with pytest.raises(EngineCapacityError):
+            p.acquire(two_ranks, tmp_path)  # two ranks: 2 GiB cannot fit even alone
+    finally:
+        p.close()
+
+
 def test_idle_engines_unload(commitments: list[Commitment], tmp_path: Path) -> None:
     pool = EnginePool(EnginesConfig(backend=FACTORY, idle_unload_s=0.5))
     try:

@@ -2,10 +2,18 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from verifierd.engine.placement import Budget, Need, Placement, Resident, plan
+from verifierd.engine.placement import (
+    Budget,
+    Need,
+    Placement,
+    Resident,
+    cpu_thread_binding,
+    plan,
+)
 
 CPU = Budget(cpu_gib=8, gpu_indices=())
 GPUS = Budget(cpu_gib=float("inf"), gpu_indices=(0, 1, 2, 3, 4, 5, 6, 7))
@@ -65,3 +73,34 @@ def test_a_placement_never_overfills_a_gpu(
     assert not any(r.busy for r in residents if r.commitment_id in placement.evict)
     for g in placement.gpus:
         assert sum(r.gpu_fraction for r in staying if g in r.gpus) + fraction <= 1 + 1e-9
+
+
+def test_cpu_binding_left_to_vllm_when_each_rank_has_a_numa_node() -> None:
+    assert cpu_thread_binding(1, range(16), numa_nodes=1) is None
+    assert cpu_thread_binding(2, range(16), numa_nodes=2) is None
+
+
+def test_cpu_binding_splits_the_allowed_cpus_between_ranks() -> None:
+    assert cpu_thread_binding(2, [0, 1], numa_nodes=1) == "0|1"
+    assert cpu_thread_binding(2, [7, 3, 5, 4, 6], numa_nodes=0) == "3,4|5,6"
+    assert cpu_thread_binding(4, range(8), numa_nodes=2) == "0,1|2,3|4,5|6,7"
+
+
+def test_cpu_binding_refuses_more_ranks_than_cpus() -> None:
+    with pytest.raises(ValueError, match="at least that many CPUs"):
+        cpu_thread_binding(4, [0, 1, 2], numa_nodes=1)
+
+
+@given(
+    tp=st.integers(2, 8),
+    cpus=st.sets(st.integers(0, 255), min_size=8, max_size=64),
+)
+def test_cpu_binding_gives_each_rank_disjoint_equal_groups(tp: int, cpus: set[int]) -> None:
+    binding = cpu_thread_binding(tp, sorted(cpus), numa_nodes=1)
+    assert binding is not None
+    groups = [[int(c) for c in g.split(",")] for g in binding.split("|")]
+    assert len(groups) == tp
+    assert len({len(g) for g in groups}) == 1
+    flat = [c for g in groups for c in g]
+    assert len(flat) == len(set(flat)) == len(groups[0]) * tp > len(cpus) - tp
+    assert set(flat) <= cpus

@@ -51,6 +51,12 @@ Design (vLLM 0.32, verified against the installed source):
   need not match the prover's, only its logits do; the V2 *noise* is rebuilt by
   the `vllm-v2-hash` profile.
 
+- Tensor parallelism: every rank runs the scoring job and ``compute_logits``
+  gathers the logits on the first rank, which alone reports margins. On a CPU
+  host with fewer NUMA nodes than ranks, vLLM's own thread binding refuses to
+  start; the backend then splits this process's CPUs between the ranks
+  (`placement.cpu_thread_binding`) unless ``VLLM_CPU_OMP_THREADS_BIND`` is set.
+
 `EngineBackend.load` runs the engine in the calling process (engine core
 in-process, uni executor at tensor_parallel_size 1): the engine pool puts each
 backend in its own child process. `generate` is the prover side (honest
@@ -60,6 +66,7 @@ traffic for tests, calibration and benchmarks) with the same engine.
 from __future__ import annotations
 
 import gc
+import glob
 import importlib.metadata
 import itertools
 import logging
@@ -76,6 +83,7 @@ from verifierd.difr import (
     SamplingSettings,
     reproducibility_problem,
 )
+from verifierd.engine.placement import cpu_thread_binding
 from verifierd.engine.scoring_job import JobOutcome, JobSpec
 from verifierd.errors import VerifierdError
 from verifierd.logit_adjustments import NEUTRAL, LogitAdjustments
@@ -215,7 +223,9 @@ class EngineBackend:
         }
         if spec.tensor_parallel_size == 1:
             kwargs["distributed_executor_backend"] = "uni"
-        if not current_platform.is_cpu():
+        if current_platform.is_cpu():
+            _bind_cpu_ranks(spec.tensor_parallel_size)
+        else:
             kwargs["gpu_memory_utilization"] = spec.gpu_memory_utilization
         try:
             llm = LLM(**kwargs)
@@ -416,3 +426,19 @@ def _configure_environment(spec: EngineSpec) -> None:
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
     os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(spec.cpu_kv_space_gib)
     os.environ.setdefault("VLLM_CPU_NUM_OF_RESERVED_CPU", "0")
+
+
+def _bind_cpu_ranks(tensor_parallel_size: int) -> None:
+    """Give each rank of a CPU engine its own CPUs where vLLM's NUMA binding cannot."""
+    if os.environ.get("VLLM_CPU_OMP_THREADS_BIND", "auto") != "auto":
+        return  # the operator chose
+    numa_nodes = len(glob.glob("/sys/devices/system/node/node[0-9]*"))
+    try:
+        binding = cpu_thread_binding(
+            tensor_parallel_size, sorted(os.sched_getaffinity(0)), numa_nodes
+        )
+    except ValueError as exc:
+        raise EngineBackendError(str(exc)) from exc
+    if binding is not None:
+        os.environ["VLLM_CPU_OMP_THREADS_BIND"] = binding
+        log.info("CPU ranks bound", extra={"binding": binding, "numa_nodes": numa_nodes})

@@ -84,3 +84,29 @@ def _fit(need: Need, residents: Sequence[Resident], budget: Budget) -> tuple[int
     # Fill the fullest GPUs that still fit first, keeping whole GPUs free for big engines.
     usable.sort(key=lambda g: (free[g], g))
     return tuple(sorted(usable[: need.gpus]))
+
+
+def cpu_thread_binding(
+    tensor_parallel_size: int, cpus: Sequence[int], numa_nodes: int
+) -> str | None:
+    """``VLLM_CPU_OMP_THREADS_BIND`` for a CPU engine, or None to keep vLLM's own.
+
+    vLLM binds each tensor-parallel rank of a CPU engine to its own NUMA node and
+    refuses to start when there are fewer nodes than ranks (a one-socket server,
+    a container). Then the CPUs this process may use are split into equal
+    contiguous groups, one per rank; CPUs left over by the division stay unused
+    so that every rank computes at the same speed.
+    """
+    if tensor_parallel_size <= 1 or numa_nodes >= tensor_parallel_size:
+        return None
+    ordered = sorted(set(cpus))
+    per_rank = len(ordered) // tensor_parallel_size
+    if per_rank == 0:
+        raise ValueError(
+            f"tensor_parallel_size {tensor_parallel_size} needs at least that many CPUs; "
+            f"this process may use {len(ordered)}"
+        )
+    groups = (
+        ordered[rank * per_rank : (rank + 1) * per_rank] for rank in range(tensor_parallel_size)
+    )
+    return "|".join(",".join(str(c) for c in group) for group in groups)

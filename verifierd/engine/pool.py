@@ -138,7 +138,9 @@ class EnginePool:
         if self._config.device == "cuda":
             return Need(0.0, self._config.gpu_memory_utilization, commitment.tensor_parallel_size)
         weights_gib = commitment.weights_bytes / (1 << 30)
-        return Need(self._config.cpu_kv_space_gib + weights_gib, 0.0, 0)
+        # Every tensor-parallel rank of a CPU engine allocates its own KV space.
+        kv_gib = self._config.cpu_kv_space_gib * commitment.tensor_parallel_size
+        return Need(kv_gib + weights_gib, 0.0, 0)
 
     def spec_for(self, commitment: Commitment, model_dir: Path) -> EngineSpec:
         return EngineSpec(
