@@ -104,6 +104,10 @@ class TinyModelSpec:
     max_position_embeddings: int = 4096
     dtype: str = "float32"
     perturb: Perturbation | None = None
+    #: Rows of lm_head beyond the tokenizer are zero, like untrained padding (their
+    #: logits tie at 0). False draws them like the others, so that the whole logits
+    #: width behaves as a vocabulary: for cost measurements at a real model's width.
+    zero_padding: bool = True
 
     def __post_init__(self) -> None:
         if self.dtype not in DTYPES:
@@ -239,7 +243,8 @@ def random_weights(
         weights[p + "post_attention_layernorm.weight"] = np.ones(h, dtype=np.float32)
     weights["model.norm.weight"] = np.ones(h, dtype=np.float32)
     lm_head = normal((width, h), _LOGIT_STD * h**-0.5)
-    lm_head[tokenizer_size:] = 0.0
+    if spec.zero_padding:
+        lm_head[tokenizer_size:] = 0.0
     weights["lm_head.weight"] = lm_head
     return weights
 
