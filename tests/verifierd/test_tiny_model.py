@@ -73,6 +73,18 @@ def test_logits_width_is_padded_past_the_tokenizer(tiny_model: TinyModel) -> Non
     assert lm_head[: tiny_model.tokenizer_size].std() > 0
 
 
+def test_padding_rows_drawn_like_the_vocabulary_on_request(tmp_path: Path) -> None:
+    zero = build_tiny_model(tmp_path / "zero", SMALL)
+    drawn = build_tiny_model(
+        tmp_path / "drawn", TinyModelSpec(**{**SMALL.__dict__, "zero_padding": False})
+    )
+    a, b = _weights(zero)["lm_head.weight"], _weights(drawn)["lm_head.weight"]
+    n = zero.tokenizer_size
+    assert not a[n:].any()
+    assert np.array_equal(a[:n], b[:n])
+    assert b[n:].std() == pytest.approx(b[:n].std(), rel=0.2)
+
+
 def test_loads_in_transformers_with_chat_template(tiny_model: TinyModel) -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
