@@ -5,6 +5,7 @@ interface (load, version, logits_width, check_request, score, close) and lets a
 test steer it through the request ids and model path:
 
 - model directory named ``broken*``: loading raises;
+- model directory named ``slow*``: loading takes a minute (for load timeouts);
 - request id containing ``reject``: check_request refuses it;
 - request id containing ``crash``: the process exits mid-batch (os._exit);
 - request id containing ``fail``: score raises;
@@ -38,6 +39,8 @@ class FakeBackend:
     def load(cls, spec: EngineSpec) -> FakeBackend:
         if spec.model_dir.name.startswith("broken"):
             raise RuntimeError("cannot load a broken model")
+        if spec.model_dir.name.startswith("slow"):
+            time.sleep(60)
         return cls(spec)
 
     def check_request(self, request: ScoreRequest, profile_name: str) -> str | None:

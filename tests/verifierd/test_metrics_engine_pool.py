@@ -6,6 +6,7 @@ import time
 from pathlib import Path
 
 import pytest
+from veritap.v1 import verifier_pb2
 
 from tests.verifierd.commitment_fixtures import commit, make_model_dir
 from tests.verifierd.engine_doubles import FACTORY
@@ -55,3 +56,19 @@ def test_loads_and_unloads_are_counted(tmp_path: Path) -> None:
         pool.close()
     assert value("engine_unloads_total", commitment=a.commitment_id, reason="shutdown") == 1
     assert value("engine_loads_total", commitment=a.commitment_id, outcome="ok") == 2
+
+
+def test_a_load_past_its_timeout_is_counted_as_timeout(tmp_path: Path) -> None:
+    a = commit(make_model_dir(tmp_path / "m", seed=0))
+    metrics = VerifierMetrics()
+    config = EnginesConfig(backend=FACTORY, load_timeout_s=1.0)
+    pool = EnginePool(config, metrics)
+    try:
+        with pytest.raises(EngineLoadError, match="after the timeout"):
+            pool.acquire(a, tmp_path / "slow-model")
+        labels = {"commitment": a.commitment_id, "outcome": "timeout"}
+        assert metrics.registry.get_sample_value("veritap_verifier_engine_loads_total", labels) == 1
+        assert not pool.loaded(a.commitment_id)
+        assert [s.state for s in pool.status()] == [verifier_pb2.ENGINE_STATE_FAILED]
+    finally:
+        pool.close()

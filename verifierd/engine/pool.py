@@ -186,8 +186,8 @@ class EnginePool:
             with self._lock:
                 self._engines.pop(cid, None)
                 self._failures[cid] = (time.time_ns(), str(exc))
-            _stop(engine)
             timed_out = time.monotonic() - loading >= self._config.load_timeout_s
+            _stop(engine, ask=not timed_out)
             outcome = "timeout" if timed_out else "failed"
             self._metrics.engine_loads.labels(commitment=cid, outcome=outcome).inc()
             raise
@@ -380,10 +380,11 @@ def _receive(engine: _Engine, deadline: float | None, doing: str) -> FromEngine:
     return message
 
 
-def _stop(engine: _Engine) -> None:
-    """Ask the engine to shut down; terminate, then kill, if it does not."""
+def _stop(engine: _Engine, ask: bool = True) -> None:
+    """Ask the engine to shut down; terminate, then kill, if it does not. ``ask=False``
+    terminates at once: an engine still loading reads no messages."""
     process = engine.process
-    if process.is_alive():
+    if ask and process.is_alive():
         with contextlib.suppress(OSError):
             engine.conn.send(Shutdown())
         process.join(_STOP_GRACE_S)
