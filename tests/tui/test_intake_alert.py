@@ -9,11 +9,15 @@ while the collector is away.
 from __future__ import annotations
 
 import time
+from pathlib import Path
+from typing import Any
 
 import pytest
+from textual.notifications import SeverityLevel
 from textual.widgets import Static
 from veritap.v1 import ledger_pb2
 
+import tui.app
 from tests.recorded_traffic import ORIGIN
 from tests.service_pki import ADMIN_SUBJECT
 from tests.tui.daemons import Daemons
@@ -50,14 +54,37 @@ def intake_states(app: VeritapConsole) -> list[str]:
     return [str(table.get_row_at(i)[-1]) for i in range(table.row_count)]
 
 
-def notified(app: VeritapConsole, title: str) -> list[str]:
-    return [n.message for n in app._notifications if n.title.startswith(title)]
+class RecordingConsole(VeritapConsole):
+    """The console, keeping every notification it shows as (title, message)."""
+
+    # Textual reads a relative CSS_PATH beside the subclass's module.
+    CSS_PATH = str(Path(tui.app.__file__).with_name("console.tcss"))
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.notifications: list[tuple[str, str]] = []
+
+    def notify(
+        self,
+        message: str,
+        *,
+        title: str = "",
+        severity: SeverityLevel = "information",
+        timeout: float | None = None,
+        markup: bool = True,
+    ) -> None:
+        self.notifications.append((title, message))
+        super().notify(message, title=title, severity=severity, timeout=timeout, markup=markup)
+
+
+def notified(app: RecordingConsole, title: str) -> list[str]:
+    return [message for shown, message in app.notifications if shown.startswith(title)]
 
 
 async def test_the_admin_sees_the_evidence_and_clears_the_alert(daemons: Daemons) -> None:
     await stop_intake_by_an_alert(daemons)
     stored = daemons.store.cursor(ORIGIN).seq
-    app = VeritapConsole(daemons.client(daemons.pki.admin), refresh_s=3600)
+    app = RecordingConsole(daemons.client(daemons.pki.admin), refresh_s=3600)
     async with app.run_test(size=SIZE) as pilot:
         screen = await loaded(pilot)
         assert intake_states(app) == ["alert: bad_signature"]
@@ -86,7 +113,7 @@ async def test_the_admin_sees_the_evidence_and_clears_the_alert(daemons: Daemons
 
 async def test_an_operator_or_an_absent_collector_gets_a_refusal(daemons: Daemons) -> None:
     await stop_intake_by_an_alert(daemons)
-    app = VeritapConsole(daemons.client(), refresh_s=3600)
+    app = RecordingConsole(daemons.client(), refresh_s=3600)
     async with app.run_test(size=SIZE) as pilot:
         await loaded(pilot)
         await pilot.press("c")
@@ -96,7 +123,7 @@ async def test_an_operator_or_an_absent_collector_gets_a_refusal(daemons: Daemon
         [message] = notified(app, "not cleared")
         assert message == "CN=ops-operator,O=veritap does not hold the admin role"
     await daemons.stop_collector()
-    app = VeritapConsole(daemons.client(daemons.pki.admin), refresh_s=3600)
+    app = RecordingConsole(daemons.client(daemons.pki.admin), refresh_s=3600)
     async with app.run_test(size=SIZE) as pilot:
         screen = await loaded(pilot)
         # The collector does not answer: its row says so, and its intake has a row of its own.
