@@ -210,7 +210,7 @@ class AuditEvent:
     at_ns: int
     actor: str
     action: str
-    #: What changed, as canonical JSON.
+    #: What changed (or what was refused), as canonical JSON.
     detail: str
 
 
@@ -740,6 +740,10 @@ class Store:
         event = AuditEvent(time.time_ns(), actor, action, json.dumps(detail, sort_keys=True))
         key = _U64.pack(event.at_ns) + _U64.pack(self._audit_number)
         txn.put(key, json.dumps(asdict(event), sort_keys=True).encode(), db=self._dbs["audit"])
+
+    def audit(self, actor: str, action: str, detail: Mapping[str, Any]) -> None:
+        """Write one audit event that comes with no change (e.g. a refused request)."""
+        self._write(lambda txn: self._audit(txn, actor, action, detail))
 
     def audit_log(self) -> list[AuditEvent]:
         with self._read() as txn:

@@ -187,6 +187,13 @@ async def test_a_fork_is_cleared_only_once_the_collector_serves_the_stored_histo
         await admin.ClearIntakeAlert(request)
     assert refused.value.code() == grpc.StatusCode.FAILED_PRECONDITION
     assert "not cleared: fork: the collector's entry 120 hashes to" in str(refused.value.details())
+    [attempt] = site.store.audit_log()
+    assert (attempt.actor, attempt.action) == (ADMIN_SUBJECT, "clear_intake_alert_refused")
+    assert json.loads(attempt.detail) == {
+        "origin": ORIGIN,
+        "why": "checked the tap",
+        "refusal": str(refused.value.details()).removeprefix("not cleared: "),
+    }
     assert [a.reason for a in site.store.alerts()] == ["fork"]
     assert site.store.cleared_alerts() == []
     assert site.state() == "alert: fork" and site.stored() == 120
@@ -218,6 +225,10 @@ async def test_a_fork_is_cleared_only_once_the_collector_serves_the_stored_histo
     assert (kept.cleared_by, kept.clear_reason) == (ADMIN_SUBJECT, reason)
     assert kept.cleared_at_ns > kept.detected_at_ns
     audit = await operator.ListAuditEvents(verifier_pb2.ListAuditEventsRequest())
+    assert sorted(e.action for e in audit.events) == [
+        "clear_intake_alert",
+        "clear_intake_alert_refused",
+    ]
     [event] = [e for e in audit.events if e.action == "clear_intake_alert"]
     detail = json.loads(event.detail_json)
     assert (event.actor, detail["origin"], detail["alert_reason"]) == (

@@ -93,44 +93,55 @@ class Intake:
         for ``why``, with what the collector showed, and the audit log says so.
 
         Raises NothingToClearError when the origin has no alert in force, and
-        ResumeRefusedError when intake may not resume (the message says why)."""
+        ResumeRefusedError when intake may not resume (the message says why; the
+        refused attempt is audited too)."""
         async with self._clearing:
-            alerts = await asyncio.to_thread(self._store.alerts)
-            if origin not in {a.origin for a in alerts}:
-                raise NothingToClearError(f"no intake alert in force for {origin!r}")
-            link = next((link for link in self.links if link.origin == origin), None)
-            if link is None:
-                raise ResumeRefusedError(
-                    f"{origin!r} is not among this verifierd's [[collectors]]: nothing would resume"
+            try:
+                return await self._clear(origin, actor=actor, why=why)
+            except ResumeRefusedError as exc:
+                detail = {"origin": origin, "why": why, "refusal": str(exc)}
+                await asyncio.to_thread(
+                    self._store.audit, actor, "clear_intake_alert_refused", detail
                 )
-            task = self._tasks.get(origin)
-            if not self._running or (task is not None and not task.done()):
-                raise ResumeRefusedError(f"the intake from {origin!r} is not stopped here")
-            check = await link.check_resume()
-            if not check.ok:
-                logger.warning(
-                    "intake alert not cleared: the collector still disagrees",
-                    extra={"origin": origin, "actor": actor, "check": check.summary},
-                )
-                raise ResumeRefusedError(check.summary)
-            if not self._running:
-                raise ResumeRefusedError("the intake stopped while the collector was asked")
-            cleared = await asyncio.to_thread(
-                self._store.clear_alert, origin, actor=actor, why=why, check=check.summary
+                raise
+
+    async def _clear(self, origin: str, *, actor: str, why: str) -> ClearedAlert:
+        alerts = await asyncio.to_thread(self._store.alerts)
+        if origin not in {a.origin for a in alerts}:
+            raise NothingToClearError(f"no intake alert in force for {origin!r}")
+        link = next((link for link in self.links if link.origin == origin), None)
+        if link is None:
+            raise ResumeRefusedError(
+                f"{origin!r} is not among this verifierd's [[collectors]]: nothing would resume"
             )
-            link.clear_alert_state()
-            self._run(link)
+        task = self._tasks.get(origin)
+        if not self._running or (task is not None and not task.done()):
+            raise ResumeRefusedError(f"the intake from {origin!r} is not stopped here")
+        check = await link.check_resume()
+        if not check.ok:
             logger.warning(
-                "intake alert cleared: resuming",
-                extra={
-                    "origin": origin,
-                    "actor": actor,
-                    "why": why,
-                    "alert_reason": cleared.alert.reason,
-                    "check": check.summary,
-                },
+                "intake alert not cleared: the collector still disagrees",
+                extra={"origin": origin, "actor": actor, "check": check.summary},
             )
-            return cleared
+            raise ResumeRefusedError(check.summary)
+        if not self._running:
+            raise ResumeRefusedError("the intake stopped while the collector was asked")
+        cleared = await asyncio.to_thread(
+            self._store.clear_alert, origin, actor=actor, why=why, check=check.summary
+        )
+        link.clear_alert_state()
+        self._run(link)
+        logger.warning(
+            "intake alert cleared: resuming",
+            extra={
+                "origin": origin,
+                "actor": actor,
+                "why": why,
+                "alert_reason": cleared.alert.reason,
+                "check": check.summary,
+            },
+        )
+        return cleared
 
     def status(self) -> list[LinkStatus]:
         return [link.status() for link in self.links]
