@@ -36,6 +36,7 @@ result is the smallest Wilson lower bound over the dishonest cases (400 of 400
 detected gives 0.9905; 300 of 300 only 0.987).
 
     python bench/detection.py [--responses 400] [--tokens 300]
+                              [--dishonest int8,int4] [--no-bfloat16]
 """
 
 from __future__ import annotations
@@ -72,6 +73,16 @@ from verifierd.tiny_model import Perturbation, TinyModelSpec, build_tiny_model  
 PROFILE = "vllm-cpu-splitmix"
 CLAIMED = SamplingSettings(temperature=1.0, top_p=0.95)
 LENGTHS = (100, 300, 1000)
+DISHONEST = (
+    "other-model",
+    "int8",
+    "int4",
+    "temp+0.1",
+    "temp+0.3",
+    "wrong-seed",
+    "top-p 0.8",
+    "swap-1%",
+)
 TARGET_DETECTION = 0.99
 TARGET_FPR = 1e-3
 #: Prompt tokens of one generate call: every prompt must prefill in the engine's
@@ -331,10 +342,26 @@ def main() -> int:
     )
     parser.add_argument("--tokens", type=int, default=300)
     parser.add_argument("--workdir", type=Path, default=ROOT / ".bench" / "detection")
+    parser.add_argument(
+        "--dishonest",
+        default=",".join(DISHONEST),
+        help="comma-separated dishonest cases to run (default: all)",
+    )
+    parser.add_argument(
+        "--bfloat16",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="also run the honest bfloat16 commitment",
+    )
     args = parser.parse_args()
     n, lengths = args.responses, tuple(k for k in LENGTHS if k <= args.tokens)
     if not lengths or n < 6:
         parser.error("need --tokens >= 100 and --responses >= 6")
+    chosen = [c.strip() for c in args.dishonest.split(",") if c.strip()]
+    if unknown := sorted(set(chosen) - set(DISHONEST)):
+        parser.error(f"unknown cases {unknown}; choose from {', '.join(DISHONEST)}")
+    dishonest = [c for c in DISHONEST if c in chosen]
+    dtypes = ("float32", "bfloat16") if args.bfloat16 else ("float32",)
     started = time.monotonic()
     models = {
         "honest": TinyModelSpec(seed=0),
@@ -355,11 +382,11 @@ def main() -> int:
             max_model_len=args.tokens + 64,
             generation_config="vllm",
         )
-        for dtype in ("float32", "bfloat16")
+        for dtype in dtypes
     }
 
     prover = Prover(np.random.default_rng(2026), built["honest"].tokenizer_size, args.tokens)
-    for dtype in ("float32", "bfloat16"):
+    for dtype in dtypes:
         honest = prover.requests(f"honest-{dtype}", 2 * n, CLAIMED)
         # Calibration set first (honest[:n]), then the test set; both see every batch shape:
         # one request alone and four together from each, the rest mixed.
@@ -367,19 +394,30 @@ def main() -> int:
         four = [*honest[1:5], *honest[n + 1 : n + 5]]
         rest = [*honest[5:n], *honest[n + 5 :]]
         if dtype == "float32":
+            sampled_wrong = {
+                "temp+0.1": (replace(CLAIMED, temperature=1.1), 0),
+                "temp+0.3": (replace(CLAIMED, temperature=1.3), 0),
+                "top-p 0.8": (replace(CLAIMED, top_p=0.8), 0),
+                "wrong-seed": (CLAIMED, 1),
+            }
             rest = prover.mixed(
                 rest,
-                prover.requests("temp+0.1", n, replace(CLAIMED, temperature=1.1)),
-                prover.requests("temp+0.3", n, replace(CLAIMED, temperature=1.3)),
-                prover.requests("top-p 0.8", n, replace(CLAIMED, top_p=0.8)),
-                prover.requests("wrong-seed", n, CLAIMED, seed_shift=1),
+                *(
+                    prover.requests(case, n, sampling, seed_shift=shift)
+                    for case, (sampling, shift) in sampled_wrong.items()
+                    if case in dishonest
+                ),
             )
         else:
             rest = prover.mixed(rest)
         prover.run(honest_dir, dtype, [lone[:1], lone[1:], four[:4], four[4:], *split_calls(rest)])
     for name in ("other-model", "int8", "int4"):
-        prover.run(built[name].path, "float32", split_calls(prover.requests(name, n, CLAIMED)))
-    prover.swap_tokens([r for r in prover.responses if r.case == "honest-float32" and r.index >= n])
+        if name in dishonest:
+            requests = prover.requests(name, n, CLAIMED)
+            prover.run(built[name].path, "float32", split_calls(requests))
+    if "swap-1%" in dishonest:
+        test_set = [r for r in prover.responses if r.case == "honest-float32" and r.index >= n]
+        prover.swap_tokens(test_set)
     responses = prover.responses
 
     t0 = time.monotonic()
@@ -401,22 +439,13 @@ def main() -> int:
         margins=np.stack(margins),
     )
 
-    dishonest = [
-        "other-model",
-        "int8",
-        "int4",
-        "temp+0.1",
-        "temp+0.3",
-        "wrong-seed",
-        "top-p 0.8",
-        "swap-1%",
-    ]
     rows = [
         row
         for dtype, cases in (
             ("float32", ["honest-float32", *dishonest]),
             ("bfloat16", ["honest-bfloat16"]),
         )
+        if dtype in dtypes
         for row in evaluate(
             dtype, cases=cases, responses=responses, margins=margins, n=n, lengths=lengths
         )
