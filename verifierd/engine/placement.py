@@ -5,7 +5,8 @@ cache. GPU hosts give each engine ``tensor_parallel_size`` GPUs and take the
 engine's memory fraction (vLLM's ``gpu_memory_utilization``) on each of them;
 a GPU holds engines while their fractions sum to at most 1. When a new engine
 does not fit, idle engines are evicted least recently used first; busy or
-loading ones are never evicted.
+loading ones are never evicted. On a CPU host, `cpu_thread_binding` says which
+CPUs each tensor-parallel rank of an engine computes on.
 """
 
 from __future__ import annotations
