@@ -336,7 +336,8 @@ def verify(model_dir: Path, max_len: int, answers: Sequence[Answer]) -> Verifica
 def real_shape_cost(
     model_dir: Path, vocab: int, requests: int, tokens: int
 ) -> tuple[list[ShapeCost], float, int]:
-    """Run in a child process: generate and score at top-p 1 and 0.95, then plain-prefill.
+    """Run in a child process: generate and score each of REAL_SHAPE_PASSES, then
+    plain-prefill.
 
     Returns the passes, the plain prefill's wall time for the last pass's sequences,
     and the logits width."""
@@ -371,9 +372,8 @@ def real_shape_cost(
                 ScoreRequest(f"r{i}", p, a.output_token_ids, s)
                 for i, (p, a, s) in enumerate(zip(prompts, answers, settings, strict=True))
             ]
-            backend.score(
-                [replace(scored[0], output_token_ids=scored[0].output_token_ids[:8])], PROFILE, 10.0
-            )
+            warm_up = replace(scored[0], output_token_ids=scored[0].output_token_ids[:8])
+            backend.score([warm_up], PROFILE, 10.0)
             t0 = time.perf_counter()
             results = backend.score(scored, PROFILE, 10.0)
             wall = time.perf_counter() - t0
