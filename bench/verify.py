@@ -362,16 +362,12 @@ def real_shape_cost(
                 SamplingSettings(temperature=temperature, top_p=top_p, seed=100 + i)
                 for i in range(requests)
             ]
-            answers = backend.generate(
-                [
-                    GenerateRequest(f"g{i}", p, s, tokens, ignore_eos=True)
-                    for i, (p, s) in enumerate(zip(prompts, settings, strict=True))
-                ]
-            )
-            scored = [
-                ScoreRequest(f"r{i}", p, a.output_token_ids, s)
-                for i, (p, a, s) in enumerate(zip(prompts, answers, settings, strict=True))
+            generating = [
+                GenerateRequest(f"r{i}", p, s, tokens, ignore_eos=True)
+                for i, (p, s) in enumerate(zip(prompts, settings, strict=True))
             ]
+            answers = backend.generate(generating)
+            scored = [g.claim(a) for g, a in zip(generating, answers, strict=True)]
             warm_up = replace(scored[0], output_token_ids=scored[0].output_token_ids[:8])
             backend.score([warm_up], PROFILE, 10.0)
             t0 = time.perf_counter()

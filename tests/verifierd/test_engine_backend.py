@@ -68,10 +68,7 @@ def honest(backend: EngineBackend, tiny_model: TinyModel) -> list[ScoreRequest]:
     results: list[GenerateResult] = []
     for half in (requests[: len(requests) // 2], requests[len(requests) // 2 :]):
         results += backend.generate(half)  # prompts of one call fit in one 512-token step
-    return [
-        ScoreRequest(g.request_id, r.prompt_token_ids, g.output_token_ids, r.sampling)
-        for r, g in zip(requests, results, strict=True)
-    ]
+    return [r.claim(g) for r, g in zip(requests, results, strict=True)]
 
 
 def _rates(results: list[ScoreResult]) -> tuple[float, float]:
@@ -181,8 +178,8 @@ def test_cached_prefix_covering_the_output_is_rerun(
     (two 128-token blocks) cached, past the prompt, and is rerun without cache reads."""
     s = SamplingSettings(0.8, seed=9)
     prompt = _prompt(99, tiny_model.tokenizer_size)[:20]
-    out = backend.generate([GenerateRequest("long", prompt, s, 300, ignore_eos=True)])[0]
-    request = ScoreRequest("long", prompt, out.output_token_ids, s)
+    generate = GenerateRequest("long", prompt, s, 300, ignore_eos=True)
+    request = generate.claim(backend.generate([generate])[0])
     first = backend.score([request], PROFILE, DELTA_MAX)[0]
     with caplog.at_level(logging.INFO, logger="verifierd.engine.backend"):
         second = backend.score([request], PROFILE, DELTA_MAX)[0]

@@ -164,10 +164,7 @@ def honest(backend: EngineBackend, tiny_model: TinyModel) -> list[Honest]:
     for half in (jobs[: len(jobs) // 2], jobs[len(jobs) // 2 :]):
         results = backend.generate([g for _, g in half])
         for (name, g), r in zip(half, results, strict=True):
-            request = ScoreRequest(
-                g.request_id, g.prompt_token_ids, r.output_token_ids, g.sampling, g.adjustments
-            )
-            out.append(Honest(name, request))
+            out.append(Honest(name, g.claim(r)))
     return out
 
 

@@ -51,10 +51,7 @@ def honest(backend: EngineBackend, tiny_model: TinyModel) -> list[ScoreRequest]:
         )
         for i, s in enumerate(SETTINGS)
     ]
-    return [
-        ScoreRequest(g.request_id, r.prompt_token_ids, g.output_token_ids, r.sampling)
-        for r, g in zip(requests, backend.generate(requests), strict=True)
-    ]
+    return [r.claim(g) for r, g in zip(requests, backend.generate(requests), strict=True)]
 
 
 def test_fp64_exponential_profile_matches_exactly(

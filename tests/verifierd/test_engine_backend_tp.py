@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from verifierd.difr import SamplingSettings
-from verifierd.engine.backend import EngineBackend, EngineSpec, GenerateRequest, ScoreRequest
+from verifierd.engine.backend import EngineBackend, EngineSpec, GenerateRequest
 from verifierd.tiny_model import TinyModel
 
 pytestmark = pytest.mark.vllm
@@ -45,16 +45,11 @@ def _score_with_two_ranks(model_dir: Path) -> Scored:
     )
     try:
         prompts = [tuple(range(5 + i, 25 + 3 * i)) for i in range(len(SETTINGS))]
-        generated = backend.generate(
-            [
-                GenerateRequest(f"g{i}", p, s, N_OUT, ignore_eos=True)
-                for i, (p, s) in enumerate(zip(prompts, SETTINGS, strict=True))
-            ]
-        )
-        honest = [
-            ScoreRequest(f"h{i}", p, g.output_token_ids, s)
-            for i, (p, g, s) in enumerate(zip(prompts, generated, SETTINGS, strict=True))
+        requests = [
+            GenerateRequest(f"h{i}", p, s, N_OUT, ignore_eos=True)
+            for i, (p, s) in enumerate(zip(prompts, SETTINGS, strict=True))
         ]
+        honest = [r.claim(g) for r, g in zip(requests, backend.generate(requests), strict=True)]
         results = backend.score(honest, "vllm-cpu-splitmix", 10.0)
         wrong = [
             replace(r, sampling=replace(r.sampling, seed=r.sampling.seed + 1))

@@ -172,6 +172,17 @@ class GenerateRequest:
     ignore_eos: bool = False
     adjustments: LogitAdjustments = NEUTRAL
 
+    def claim(self, result: GenerateResult) -> ScoreRequest:
+        """What an honest prover's record of this generation claims: ``result``'s output
+        scored against this request's prompt, sampling and adjustments."""
+        return ScoreRequest(
+            self.request_id,
+            self.prompt_token_ids,
+            result.output_token_ids,
+            self.sampling,
+            self.adjustments,
+        )
+
 
 @dataclass(frozen=True)
 class GenerateResult:
