@@ -74,6 +74,7 @@ from verifierd.engine.backend import (  # noqa: E402
     EngineSpec,
     GenerateRequest,
     ScoreRequest,
+    ScoreResult,
 )
 from verifierd.samplers.vllm_cpu_splitmix import (  # noqa: E402
     ArgmaxKernel,
@@ -114,14 +115,41 @@ class Answer:
 
 
 @dataclass(frozen=True)
+class ScoredTotals:
+    """One scoring call's results, summed over its responses."""
+
+    tokens: int
+    #: Mask + noise + margins.
+    scoring_ns: int
+    #: The rest of the engine's time (forward pass and the scored rows' lm_head).
+    prefill_ns: int
+    max_score: float
+    #: Share of tokens whose margin is exactly 0.
+    exact: float
+
+    @classmethod
+    def of(cls, results: Sequence[ScoreResult]) -> ScoredTotals:
+        tokens = sum(r.difr.n_tokens for r in results)
+        return cls(
+            tokens=tokens,
+            scoring_ns=sum(r.scoring_ns for r in results),
+            prefill_ns=sum(r.prefill_ns for r in results),
+            max_score=max(r.difr.score for r in results),
+            exact=sum(r.difr.exact_matches for r in results) / max(1, tokens),
+        )
+
+    @property
+    def scoring_share(self) -> float:
+        """Scoring time / the engine's prefill time."""
+        return self.scoring_ns / max(1, self.prefill_ns)
+
+
+@dataclass(frozen=True)
 class Verification:
     score_wall_s: float
     prefill_wall_s: float
     cpu_s: float
-    prefill_ns: int
-    scoring_ns: int
-    scores: tuple[float, ...]
-    exact: float
+    totals: ScoredTotals
     #: The engine's logits width.
     width: int
 
@@ -132,14 +160,8 @@ class ShapeCost:
 
     temperature: float
     top_p: float
-    tokens: int
     score_wall_s: float
-    #: Mask + noise + margins, summed over the responses.
-    scoring_ns: int
-    #: The rest of the engine's time (forward pass and the scored rows' lm_head).
-    prefill_ns: int
-    max_score: float
-    exact: float
+    totals: ScoredTotals
 
 
 @dataclass(frozen=True)
@@ -320,15 +342,11 @@ def verify(model_dir: Path, max_len: int, answers: Sequence[Answer]) -> Verifica
         width = backend.logits_width
     finally:
         backend.close()
-    tokens = sum(r.difr.n_tokens for r in results)
     return Verification(
         score_wall_s=score_wall,
         prefill_wall_s=prefill_wall,
         cpu_s=cpu,
-        prefill_ns=sum(r.prefill_ns for r in results),
-        scoring_ns=sum(r.scoring_ns for r in results),
-        scores=tuple(r.difr.score for r in results),
-        exact=sum(r.difr.exact_matches for r in results) / max(1, tokens),
+        totals=ScoredTotals.of(results),
         width=width,
     )
 
@@ -373,19 +391,7 @@ def real_shape_cost(
             t0 = time.perf_counter()
             results = backend.score(scored, PROFILE, 10.0)
             wall = time.perf_counter() - t0
-            n = sum(r.difr.n_tokens for r in results)
-            passes.append(
-                ShapeCost(
-                    temperature=temperature,
-                    top_p=top_p,
-                    tokens=n,
-                    score_wall_s=wall,
-                    scoring_ns=sum(r.scoring_ns for r in results),
-                    prefill_ns=sum(r.prefill_ns for r in results),
-                    max_score=max(r.difr.score for r in results),
-                    exact=sum(r.difr.exact_matches for r in results) / max(1, n),
-                )
-            )
+            passes.append(ShapeCost(temperature, top_p, wall, ScoredTotals.of(results)))
         greedy = SamplingSettings(temperature=0.0)
         t0 = time.perf_counter()
         backend.generate(
@@ -414,13 +420,14 @@ def print_real_shape(passes: Sequence[ShapeCost], prefill_wall: float, width: in
     )
     print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for p in passes:
+        t = p.totals
         print(
-            f"| {p.temperature:.2f} | {p.top_p:g} | {p.tokens} | {p.scoring_ns / 1e6:.0f} "
-            f"| {p.prefill_ns / 1e6:.0f} "
-            f"| {p.scoring_ns / max(1, p.prefill_ns):.1%} | {p.score_wall_s / prefill_wall:.2f} "
-            f"| {p.max_score:.3g} | {p.exact:.1%} |"
+            f"| {p.temperature:.2f} | {p.top_p:g} | {t.tokens} | {t.scoring_ns / 1e6:.0f} "
+            f"| {t.prefill_ns / 1e6:.0f} "
+            f"| {t.scoring_share:.1%} | {p.score_wall_s / prefill_wall:.2f} "
+            f"| {t.max_score:.3g} | {t.exact:.1%} |"
         )
-    shares = {(p.temperature, p.top_p): p.scoring_ns / max(1, p.prefill_ns) for p in passes}
+    shares = {(p.temperature, p.top_p): p.totals.scoring_share for p in passes}
     noise = max(v for (_, top_p), v in shares.items() if top_p == 1.0)
     masked = [v for (_, top_p), v in shares.items() if top_p < 1.0]
     verdict = "ok" if noise <= SCORING_TARGET else "short"
@@ -504,19 +511,19 @@ def main() -> int:
             f"| {name} | {wall:.2f} | {cpu} | {tokens / wall:.0f} | {wall / v.score_wall_s:.2f} |"
         )
     print()
-    share = v.scoring_ns / max(1, v.prefill_ns)
+    share = v.totals.scoring_share
     print(
         f"scoring (mask + noise + margins) / engine prefill time: {share:.1%} "
         "(a 2-layer, 128-wide model: its forward pass costs about one pass over its logits)"
     )
     print(f"verification / plain prefill (wall): {v.score_wall_s / v.prefill_wall_s:.2f}")
     print(f"CPU-seconds, generation / verification: {gen_cpu / max(v.cpu_s, 1e-9):.1f}")
-    print(f"honest scores: max {max(v.scores):.3g}, exact-match tokens {v.exact:.1%}")
+    print(f"honest scores: max {v.totals.max_score:.3g}, exact-match tokens {v.totals.exact:.1%}")
     widths = (v.width, 32768, 151936)
     costs = stage_costs(widths)
     flops = matmul_flops()
     prefill_7b_us = 2 * 7e9 / flops * 1e6
-    per_token_us = v.prefill_ns / 1e3 / max(1, all_tokens)
+    per_token_us = v.totals.prefill_ns / 1e3 / max(1, all_tokens)
     print()
     print(
         f"Scoring stages, us per row (one thread). Tiny-model engine prefill: "
