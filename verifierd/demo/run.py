@@ -236,8 +236,7 @@ def _calibrate(
         "--apply",
     ]
     steps.note(f"verifierd calibrate --commitment {MODEL_NAME} --to-seq {last_seq} --apply")
-    # The engine is vLLM in a child process, which logs to stdout unless told otherwise;
-    # the report is the command's stdout.
+    # The report is the command's stdout (it sends its engine's vLLM logs to stderr).
     report = _run_step("calibrate", argv, logs)
     try:
         committed, in_force = settings_in_force(address, MODEL_NAME)

@@ -22,7 +22,6 @@ TERMINAL = {
     verifier_pb2.VERDICT_STATUS_UNVERIFIABLE,
     verifier_pb2.VERDICT_STATUS_SKIPPED,
 }
-TERMINAL_NAMES = ("PASS", "FAIL", "UNVERIFIABLE", "SKIPPED")
 
 
 @dataclass(frozen=True)
@@ -157,20 +156,22 @@ def check_outcome(result: DemoResult) -> list[str]:
     calibration = result.calibration
     if calibration.in_force == calibration.committed:
         problems.append("verifierd still runs with the committed settings: calibration not applied")
-    for row in (*result.calibration_rows, *result.rows):
+    every = (*result.calibration_rows, *result.rows)
+    for row in every:
         if row.status == "UNVERIFIABLE" and row.reason == "no_seed":
             continue
         expected = "PASS" if row.prover == "honest" else "FAIL"
         if row.status != expected:
             problems.append(f"{row.record_id} from the {row.prover} prover: {row.status}")
-    every = (*result.calibration_rows, *result.rows)
     if result.metrics.collector_records < len(every):
         problems.append(
             f"the collector's /metrics counted {result.metrics.collector_records:g} records, "
             f"fewer than the {len(every)} verdicts"
         )
     counted = {status.upper(): n for status, n in result.metrics.verifier_verdicts.items() if n}
-    shown = {status: float(sum(r.status == status for r in every)) for status in TERMINAL_NAMES}
+    shown = {
+        name: float(sum(r.status == name for r in every)) for name in map(_status_name, TERMINAL)
+    }
     if counted != {status: n for status, n in shown.items() if n}:
         problems.append(f"verifierd's /metrics counted verdicts {counted}, the API shows {shown}")
     for row in result.rows:
