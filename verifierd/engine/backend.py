@@ -445,9 +445,7 @@ def _bind_cpu_ranks(tensor_parallel_size: int) -> None:
         return  # the operator chose
     numa_nodes = len(glob.glob("/sys/devices/system/node/node[0-9]*"))
     try:
-        binding = cpu_thread_binding(
-            tensor_parallel_size, sorted(os.sched_getaffinity(0)), numa_nodes
-        )
+        binding = cpu_thread_binding(tensor_parallel_size, os.sched_getaffinity(0), numa_nodes)
     except ValueError as exc:
         raise EngineBackendError(str(exc)) from exc
     if binding is not None:

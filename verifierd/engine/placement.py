@@ -11,7 +11,7 @@ CPUs each tensor-parallel rank of an engine computes on.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 _EPS = 1e-9
@@ -88,7 +88,7 @@ def _fit(need: Need, residents: Sequence[Resident], budget: Budget) -> tuple[int
 
 
 def cpu_thread_binding(
-    tensor_parallel_size: int, cpus: Sequence[int], numa_nodes: int
+    tensor_parallel_size: int, cpus: Iterable[int], numa_nodes: int
 ) -> str | None:
     """``VLLM_CPU_OMP_THREADS_BIND`` for a CPU engine, or None to keep vLLM's own.
 
