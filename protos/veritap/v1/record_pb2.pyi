@@ -44,6 +44,12 @@ class _CaptureQualityEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Captur
     """
     CAPTURE_QUALITY_PARSE_ERROR: _CaptureQuality.ValueType  # 6
     """The bytes were there but did not parse as HTTP/1.1 or as the API dialect."""
+    CAPTURE_QUALITY_AMBIGUOUS: _CaptureQuality.ValueType  # 7
+    """Some bytes of the exchange arrived in more than one version (a
+    retransmission that differs from the copy already seen): the tap cannot
+    know which one the client accepted. `InferenceRecord.ambiguities` holds
+    the hash of each version; the record holds the first.
+    """
 
 class CaptureQuality(_CaptureQuality, metaclass=_CaptureQualityEnumTypeWrapper):
     """How much of an HTTP exchange the collector saw. Exactly one per record."""
@@ -67,6 +73,12 @@ the exchange could only be partly recovered.
 """
 CAPTURE_QUALITY_PARSE_ERROR: CaptureQuality.ValueType  # 6
 """The bytes were there but did not parse as HTTP/1.1 or as the API dialect."""
+CAPTURE_QUALITY_AMBIGUOUS: CaptureQuality.ValueType  # 7
+"""Some bytes of the exchange arrived in more than one version (a
+retransmission that differs from the copy already seen): the tap cannot
+know which one the client accepted. `InferenceRecord.ambiguities` holds
+the hash of each version; the record holds the first.
+"""
 Global___CaptureQuality: _TypeAlias = CaptureQuality  # noqa: Y015
 
 @_typing.final
@@ -590,6 +602,7 @@ class InferenceRecord(_message.Message):
     API_FIELD_NUMBER: _builtins.int
     QUALITY_FIELD_NUMBER: _builtins.int
     QUALITY_REASON_FIELD_NUMBER: _builtins.int
+    AMBIGUITIES_FIELD_NUMBER: _builtins.int
     record_id: _builtins.str
     """ULID, unique per collector origin."""
     origin: _builtins.str
@@ -607,6 +620,10 @@ class InferenceRecord(_message.Message):
     def response(self) -> Global___HttpResponse: ...
     @_builtins.property
     def api(self) -> Global___ApiView: ...
+    @_builtins.property
+    def ambiguities(self) -> _containers.RepeatedCompositeFieldContainer[Global___StreamAmbiguity]:
+        """Byte ranges of the exchange seen in more than one version (quality AMBIGUOUS)."""
+
     def __init__(
         self,
         *,
@@ -621,11 +638,49 @@ class InferenceRecord(_message.Message):
         api: Global___ApiView | None = ...,
         quality: Global___CaptureQuality.ValueType = ...,
         quality_reason: _builtins.str = ...,
+        ambiguities: _abc.Iterable[Global___StreamAmbiguity] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["api", b"api", "flow", b"flow", "request", b"request", "response", b"response"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["api", b"api", "flow", b"flow", "origin", b"origin", "quality", b"quality", "quality_reason", b"quality_reason", "record_id", b"record_id", "request", b"request", "request_first_byte_ns", b"request_first_byte_ns", "response", b"response", "response_first_byte_ns", b"response_first_byte_ns", "response_last_byte_ns", b"response_last_byte_ns"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["ambiguities", b"ambiguities", "api", b"api", "flow", b"flow", "origin", b"origin", "quality", b"quality", "quality_reason", b"quality_reason", "record_id", b"record_id", "request", b"request", "request_first_byte_ns", b"request_first_byte_ns", "response", b"response", "response_first_byte_ns", b"response_first_byte_ns", "response_last_byte_ns", b"response_last_byte_ns"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___InferenceRecord: _TypeAlias = InferenceRecord  # noqa: Y015
+
+@_typing.final
+class StreamAmbiguity(_message.Message):
+    """A range of one direction's TCP stream whose copies differed."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    FROM_CLIENT_FIELD_NUMBER: _builtins.int
+    STREAM_OFFSET_FIELD_NUMBER: _builtins.int
+    LENGTH_FIELD_NUMBER: _builtins.int
+    VARIANT_SHA256_FIELD_NUMBER: _builtins.int
+    from_client: _builtins.bool
+    """True for the client-to-server stream, false for the server's."""
+    stream_offset: _builtins.int
+    """Offset of the range from the first byte of that direction's stream as
+    the collector saw it (its SYN, or its first captured byte midstream).
+    """
+    length: _builtins.int
+    @_builtins.property
+    def variant_sha256(self) -> _containers.RepeatedScalarFieldContainer[_builtins.bytes]:
+        """SHA-256 of each version of the range, the one in the record first."""
+
+    def __init__(
+        self,
+        *,
+        from_client: _builtins.bool = ...,
+        stream_offset: _builtins.int = ...,
+        length: _builtins.int = ...,
+        variant_sha256: _abc.Iterable[_builtins.bytes] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["from_client", b"from_client", "length", b"length", "stream_offset", b"stream_offset", "variant_sha256", b"variant_sha256"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___StreamAmbiguity: _TypeAlias = StreamAmbiguity  # noqa: Y015
