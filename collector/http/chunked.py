@@ -1,22 +1,38 @@
-"""Where a chunked body ends on the wire.
+"""Where a chunked body ends on the wire, and where the next chunk begins after a gap.
 
 llhttp decodes chunked bodies but does not say how many input bytes a message
 used; this framer walks the same chunk-size lines, data and trailers to find
 the message's last byte, so pipelined messages, wire lengths and
 resynchronisation after a gap are exact. llhttp stays the judge of syntax: a
 disagreement between the two is a parse error.
+
+A chunk size is 1 to 16 hex digits and nothing else (`int(x, 16)` alone would
+also take a sign, "0x", "_" and spaces: a size of -6 once made the framer
+rewind to its own line forever). Both the framer and the search for a chunk
+boundary after a gap look at each byte a bounded number of times, however the
+bytes are split.
 """
 
 from __future__ import annotations
 
-import re
-
 from collector.http.errors import ChunkFramingError
 
 _SIZE, _DATA, _TRAILER, _DONE = range(4)
-_MAX_LINE = 16 * 1024
-# A chunk-size line at a line start, for resynchronising after a gap.
-CHUNK_LINE = re.compile(rb"(?:^|(?<=\n))([0-9A-Fa-f]{1,8})[ \t]*(?:;[^\r\n]*)?\r\n")
+MAX_LINE_BYTES = 16 * 1024
+MAX_SIZE_DIGITS = 16
+_HEX_DIGITS = b"0123456789abcdefABCDEF"
+_NOT_A_LINE = -1
+
+
+def chunk_size(line: bytes) -> int | None:
+    """The size a chunk-size line (ending in LF) announces, or None if it is not one.
+
+    The size is followed by optional spaces or tabs, then an optional `;` extension.
+    """
+    digits = line.split(b";", 1)[0].rstrip(b"\r\n").rstrip(b" \t")
+    if not 0 < len(digits) <= MAX_SIZE_DIGITS or digits.translate(None, _HEX_DIGITS):
+        return None
+    return int(digits, 16)
 
 
 class ChunkFramer:
@@ -50,22 +66,20 @@ class ChunkFramer:
                 pos += need
                 state = _SIZE
                 continue
-            newline = data.find(b"\n", pos)
+            newline = data.find(b"\n", pos, pos + MAX_LINE_BYTES + 1 - len(self._line))
             if newline < 0:
-                self._line += data[pos:]
+                self._line += data[pos : pos + MAX_LINE_BYTES + 1]
                 pos = size
-                if len(self._line) > _MAX_LINE:
+                if len(self._line) > MAX_LINE_BYTES:
                     raise ChunkFramingError("chunk-size or trailer line over 16 KiB")
                 break
             line = self._line + data[pos : newline + 1] if self._line else data[pos : newline + 1]
             self._line = b""
             pos = newline + 1
             if state == _SIZE:
-                try:
-                    # int() also takes "0x" and "_"; llhttp rejects those and has the last word.
-                    chunk = int(line.split(b";", 1)[0], 16)
-                except ValueError:
-                    raise ChunkFramingError(f"bad chunk-size line {line[:40]!r}") from None
+                chunk = chunk_size(line)
+                if chunk is None:
+                    raise ChunkFramingError(f"bad chunk-size line {line[:40]!r}")
                 if chunk:
                     state, need = _DATA, chunk + 2
                 else:
@@ -76,3 +90,48 @@ class ChunkFramer:
         self._need = need
         self.wire_bytes += pos - start
         return pos
+
+
+class ChunkBoundarySearch:
+    """Finds the first chunk boundary in the bytes that follow a gap, as they arrive.
+
+    A boundary is a chunk-size line ending in CRLF at a line start (the first
+    byte after the gap counts as one) whose data is followed by CRLF where its
+    size says; a last-chunk line (`0`) needs no such check. `search` is called
+    with the buffer of all bytes since the gap each time it grows, and resumes
+    where it stopped, so the whole search is linear in the buffer.
+    """
+
+    __slots__ = ("_candidate", "_data_end", "_line_start", "_searched")
+
+    def __init__(self) -> None:
+        self._line_start = 0
+        self._searched = 0
+        self._candidate = _NOT_A_LINE
+        self._data_end = 0
+
+    def search(self, buf: bytes | bytearray) -> int | None:
+        """The offset of the first boundary in `buf`, or None while there is none yet."""
+        size = len(buf)
+        while True:
+            if self._candidate != _NOT_A_LINE:
+                if self._data_end + 2 > size:
+                    return None
+                if buf[self._data_end : self._data_end + 2] == b"\r\n":
+                    return self._candidate
+                self._candidate = _NOT_A_LINE
+            start = self._line_start
+            newline = buf.find(b"\n", max(start, self._searched))
+            if newline < 0:
+                self._searched = size
+                return None
+            self._line_start = self._searched = newline + 1
+            if newline - start >= MAX_LINE_BYTES or buf[start] not in _HEX_DIGITS:
+                continue
+            line = bytes(buf[start : newline + 1])
+            chunk = chunk_size(line) if line.endswith(b"\r\n") else None
+            if chunk == 0:
+                return start
+            if chunk is not None:
+                self._candidate = start
+                self._data_end = newline + 1 + chunk

@@ -1,8 +1,12 @@
 """Streaming decoders for Content-Encoding: gzip (x-gzip), deflate (zlib or raw), br, identity.
 
 A `BodyDecoder` takes body bytes as they arrive (SSE needs events before the
-body ends) and refuses to produce more than `max_output` bytes in total, so a
-compression bomb costs at most the body cap.
+body ends) and refuses to produce more than `max_output` bytes in total. The
+cap is enforced on the decompressors' output before it is allocated (zlib's
+`max_length`; brotli's `output_buffer_limit`, taken in steps of at most
+`BROTLI_STEP_BYTES` because brotli may overshoot a limit by up to about its
+size), so a compression bomb costs at most the body cap plus one step. At most
+`MAX_CODINGS` codings are undone, as curl does: each holds a decompressor's state.
 """
 
 from __future__ import annotations
@@ -14,7 +18,14 @@ import brotli
 
 from collector.http.errors import ContentDecodingError
 
+MAX_CODINGS = 5
+BROTLI_STEP_BYTES = 1 << 20
+
 _Step = Callable[[bytes], bytes]
+
+
+def _over_cap() -> ContentDecodingError:
+    return ContentDecodingError("decoded body is larger than the body cap")
 
 
 def _zlib_step(wbits: int, budget: list[int]) -> _Step:
@@ -23,7 +34,7 @@ def _zlib_step(wbits: int, budget: list[int]) -> _Step:
     def step(data: bytes) -> bytes:
         out = decompressor.decompress(data, budget[0] + 1)
         if decompressor.unconsumed_tail or len(out) > budget[0]:
-            raise ContentDecodingError("decoded body is larger than the body cap")
+            raise _over_cap()
         return out
 
     return step
@@ -50,24 +61,38 @@ def _brotli_step(budget: list[int]) -> _Step:
     decompressor = brotli.Decompressor()
 
     def step(data: bytes) -> bytes:
-        out: bytes = decompressor.process(data)
-        if len(out) > budget[0]:
-            raise ContentDecodingError("decoded body is larger than the body cap")
-        return out
+        pieces: list[bytes] = []
+        total = 0
+        out: bytes = decompressor.process(
+            data, output_buffer_limit=min(budget[0] + 1, BROTLI_STEP_BYTES)
+        )
+        while True:
+            total += len(out)
+            if total > budget[0]:
+                raise _over_cap()
+            pieces.append(out)
+            if decompressor.can_accept_more_data():
+                return pieces[0] if len(pieces) == 1 else b"".join(pieces)
+            if not out:
+                raise ContentDecodingError("brotli decoder stopped without output")
+            out = decompressor.process(
+                b"", output_buffer_limit=min(budget[0] + 1 - total, BROTLI_STEP_BYTES)
+            )
 
     return step
 
 
 class BodyDecoder:
-    """Undoes the codings of one Content-Encoding header value, in reverse order."""
+    """Undoes the codings of a message's Content-Encoding lines (joined with ", "), last first."""
 
     def __init__(self, content_encoding: str, max_output: int) -> None:
         self._budget = [max_output]
-        codings = [c.strip().lower() for c in content_encoding.split(",") if c.strip()]
+        codings = [c.strip().lower() for c in content_encoding.split(",")]
+        codings = [c for c in codings if c and c != "identity"]
+        if len(codings) > MAX_CODINGS:
+            raise ContentDecodingError(f"{len(codings)} content codings; at most {MAX_CODINGS}")
         steps: list[_Step] = []
         for coding in reversed(codings):
-            if coding == "identity":
-                continue
             if coding in ("gzip", "x-gzip"):
                 steps.append(_zlib_step(16 + zlib.MAX_WBITS, self._budget))
             elif coding == "deflate":

@@ -27,13 +27,12 @@ cannot be told apart, so their responses pair by timing (see `exchange`).
 
 from __future__ import annotations
 
-import re
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
 import httptools
 
-from collector.http.chunked import CHUNK_LINE, ChunkFramer
+from collector.http.chunked import ChunkBoundarySearch, ChunkFramer
 from collector.http.content_coding import BodyDecoder
 from collector.http.errors import ChunkFramingError, ContentDecodingError
 from collector.http.messages import (
@@ -43,18 +42,12 @@ from collector.http.messages import (
     RequestMessage,
     ResponseMessage,
 )
-from collector.http.sse import SseParser
+from collector.http.sse import MAX_EVENTS, MAX_LINE_BYTES, SseParser
+from collector.http.start_line import StartLineScanner
 
 _IDLE, _SCAN, _HEAD, _BODY_LENGTH, _BODY_CHUNKED, _CHUNK_RESYNC, _BODY_EOF = range(7)
 _UPGRADED, _CLOSED = 7, 8
 
-# Message starts looked for after a gap or at a midstream pickup. Not anchored to a line
-# start: a message usually follows the previous body's last byte directly.
-REQUEST_START = re.compile(
-    rb"(?:GET|POST|PUT|DELETE|HEAD|OPTIONS|PATCH|TRACE|CONNECT) /[!-~]* HTTP/1\.[01]\r\n"
-)
-RESPONSE_START = re.compile(rb"HTTP/1\.[01] [1-5][0-9][0-9](?: [^\r\n]*)?\r\n")
-_SCAN_TAIL = 96
 _UPGRADE_PAUSE = "Pause on CONNECT/Upgrade"
 _PRIME_REQUEST = b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n"
 _PRIME_RESPONSE = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
@@ -66,6 +59,11 @@ class HttpLimits:
     max_body_bytes: int = 64 * 1024 * 1024
     # How much of a chunked body to search for a chunk boundary after a gap.
     resync_window_bytes: int = 256 * 1024
+    max_sse_line_bytes: int = MAX_LINE_BYTES
+    max_sse_events: int = MAX_EVENTS
+    # How much earlier than its request a response may be captured and still pair with it
+    # (a TAP merges the two directions with skew; see `exchange`).
+    response_skew_ns: int = 100_000_000
 
 
 class _Message:
@@ -121,12 +119,17 @@ class _Message:
     def header(self, name: str) -> str | None:
         return next((v for k, v in self.headers if k.lower() == name), None)
 
+    def header_list(self, name: str) -> str | None:
+        """Every line of header `name`, joined with ", " as one list (RFC 9110 §5.3)."""
+        values = [v for k, v in self.headers if k.lower() == name]
+        return ", ".join(values) if values else None
+
 
 class MessageReader(ABC):
     """State machine of one direction; subclasses say what a head means for framing."""
 
     _prime = b""
-    _start_line = REQUEST_START
+    _requests = True
 
     def __init__(self, limits: HttpLimits) -> None:
         self.limits = limits
@@ -143,10 +146,16 @@ class MessageReader(ABC):
         self._head_len = 0
         self._remaining = 0
         self._framer = ChunkFramer()
-        self._scan_tail = b""
+        self._scanner = StartLineScanner(self._requests)
         self._resync_buf = bytearray()
+        self._chunk_search = ChunkBoundarySearch()
 
     # -- what the connection calls ------------------------------------------
+
+    @property
+    def at_message_boundary(self) -> bool:
+        """In step and between messages: bytes lost now hold the next message's start."""
+        return self._state == _IDLE and self._synced
 
     def start(self, midstream: bool) -> None:
         """The stream begins; `midstream`: its first byte is not the connection's first."""
@@ -204,9 +213,8 @@ class MessageReader(ABC):
         if state in (_IDLE, _SCAN):
             self.lost_between_messages += length
             self._synced = False
-            if state == _IDLE:
-                self._state = _SCAN
-                self._scan_tail = b""
+            self._state = _SCAN
+            self._scanner.reset()
         elif msg is None:
             self.skipped_bytes += length
         elif state == _HEAD:
@@ -229,9 +237,11 @@ class MessageReader(ABC):
         elif state == _BODY_CHUNKED:
             self._body_gap(length)
             self._state = _CHUNK_RESYNC
-            self._resync_buf = bytearray()
+            self._start_resync()
         elif state == _CHUNK_RESYNC:
-            msg.gaps[-1] = BodyGap(msg.gaps[-1].body_offset, msg.gaps[-1].missing_bytes + length)
+            # The bytes since the last gap are skipped too; the search starts again after this one.
+            self._add_missing(len(self._resync_buf) + length)
+            self._start_resync()
 
     def end(self, reason: str, ts_ns: int) -> None:
         """The direction ended (`fin`, `rst`, `idle`, ...); finish what is in progress."""
@@ -318,7 +328,12 @@ class MessageReader(ABC):
     def _unsync(self) -> None:
         self._synced = False
         self._state = _SCAN
-        self._scan_tail = b""
+        self._scanner.reset()
+
+    def _start_resync(self) -> None:
+        self._resync_buf = bytearray()
+        self._chunk_search = ChunkBoundarySearch()
+        self._scanner.reset()
 
     def _feed_head(self, data: bytes, pos: int, ts: int) -> int:
         msg = self._msg
@@ -326,14 +341,14 @@ class MessageReader(ABC):
         assert msg is not None and parser is not None
         msg.last_ts = ts
         tail = self._head_tail
-        probe = tail + data[pos : pos + self.limits.max_head_bytes + 4] if tail else data
-        index = probe.find(b"\r\n\r\n", 0 if tail else pos)
-        if index < 0:
-            end = len(data)
-        elif tail:
-            end = pos + index + 4 - len(tail)
+        # The head, its blank line included, may take this many more bytes.
+        window = min(len(data), pos + self.limits.max_head_bytes - self._head_len)
+        if tail:
+            index = (tail + data[pos:window]).find(b"\r\n\r\n")
+            end = window if index < 0 else pos + index + 4 - len(tail)
         else:
-            end = index + 4
+            index = data.find(b"\r\n\r\n", pos, window)
+            end = window if index < 0 else index + 4
         piece = data[pos:end]
         self._head_len += len(piece)
         try:
@@ -351,7 +366,7 @@ class MessageReader(ABC):
                 self._unsync()
                 return end
         if index < 0:
-            if self._head_len > self.limits.max_head_bytes:
+            if self._head_len >= self.limits.max_head_bytes:
                 msg.problems.append(
                     Problem(
                         ProblemKind.PARSE_ERROR,
@@ -382,7 +397,7 @@ class MessageReader(ABC):
         return end
 
     def _setup_body(self, msg: _Message) -> None:
-        coding = msg.header("content-encoding")
+        coding = msg.header_list("content-encoding")
         if coding:
             msg.content_encoding = coding
             try:
@@ -428,10 +443,12 @@ class MessageReader(ABC):
         msg = self._msg
         assert msg is not None
         buf = self._resync_buf
-        buf += data[pos:] if pos else data
-        chunk_at = self._find_chunk(buf)
-        start = self._start_line.search(buf)
-        start_at = start.start() if start is not None else None
+        before = len(buf)
+        piece = data[pos:] if pos else data
+        buf += piece
+        chunk_at = self._chunk_search.search(buf)
+        start = self._scanner.feed(piece)
+        start_at = None if start is None else before + start
         if start_at is not None and (chunk_at is None or start_at < chunk_at):
             self._add_missing(start_at)
             msg.problems.append(
@@ -448,6 +465,7 @@ class MessageReader(ABC):
             self._add_missing(chunk_at)
             rest = bytes(buf[chunk_at:])
             self._resync_buf = bytearray()
+            self._scanner.reset()
             parser = self._new_parser()
             self._priming = True
             try:
@@ -467,22 +485,10 @@ class MessageReader(ABC):
             )
             self._resync_buf = bytearray()
             self._finish()
-            self._unsync()
+            # The scanner has seen these bytes and goes on looking for the next start line.
+            self._synced = False
+            self._state = _SCAN
         return len(data)
-
-    @staticmethod
-    def _find_chunk(buf: bytearray) -> int | None:
-        """Start of the first chunk-size line whose data ends with CRLF where it should."""
-        for match in CHUNK_LINE.finditer(buf):
-            size = int(match.group(1), 16)
-            if size == 0:
-                return match.start()
-            end = match.end() + size
-            if end + 2 > len(buf):
-                return None
-            if buf[end : end + 2] == b"\r\n":
-                return match.start()
-        return None
 
     def _add_missing(self, extra: int) -> None:
         msg = self._msg
@@ -491,23 +497,18 @@ class MessageReader(ABC):
         msg.gaps[-1] = BodyGap(last.body_offset, last.missing_bytes + extra)
 
     def _feed_scan(self, data: bytes, pos: int, ts: int) -> int:
-        tail = self._scan_tail
-        buf = tail + data[pos:] if tail or pos else data
-        match = self._start_line.search(buf)
-        if match is None:
-            self.skipped_bytes += len(data) - pos
-            self._scan_tail = buf[-_SCAN_TAIL:]
+        piece = data[pos:] if pos else data
+        at = self._scanner.feed(piece)
+        if at is None:
+            self.skipped_bytes += len(piece)
             return len(data)
         self._synced = True
-        self._scan_tail = b""
-        at = match.start() - len(tail)
+        self._state = _IDLE
         if at >= 0:
             self.skipped_bytes += at
-            self._state = _IDLE
             return pos + at
-        # The start line began in the kept tail: feed that part first.
-        self._state = _IDLE
-        self.feed(tail[match.start() :], ts)
+        # The start line began in bytes kept from earlier pieces: feed those first.
+        self.feed(self._scanner.carried, ts)
         return pos
 
     def _body(self, data: bytes, ts: int) -> None:
@@ -567,6 +568,15 @@ class MessageReader(ABC):
                 0,
                 Problem(ProblemKind.GAP, f"{missing} body bytes missing in {len(msg.gaps)} gap(s)"),
             )
+        if msg.sse is not None and msg.sse.dropped_events:
+            msg.problems.append(
+                Problem(
+                    ProblemKind.TRUNCATED,
+                    f"{msg.sse.dropped_events} SSE event(s) not kept: a line over "
+                    f"{self.limits.max_sse_line_bytes} bytes or more than "
+                    f"{self.limits.max_sse_events} events",
+                )
+            )
         self._deliver(msg)
 
 
@@ -597,7 +607,6 @@ class ResponseListener(ABC):
 
 class RequestReader(MessageReader):
     _prime = _PRIME_REQUEST
-    _start_line = REQUEST_START
 
     def __init__(self, limits: HttpLimits, listener: RequestListener) -> None:
         super().__init__(limits)
@@ -614,7 +623,7 @@ class RequestReader(MessageReader):
         assert isinstance(parser, httptools.HttpRequestParser)
         msg.method = parser.get_method().decode("latin-1")
         keep = self._listener.request_head(msg.method, msg.target)
-        transfer = msg.header("transfer-encoding")
+        transfer = msg.header_list("transfer-encoding")
         length = msg.header("content-length")
         if msg.upgrade:
             self._complete()
@@ -655,7 +664,7 @@ class RequestReader(MessageReader):
 
 class ResponseReader(MessageReader):
     _prime = _PRIME_RESPONSE
-    _start_line = RESPONSE_START
+    _requests = False
 
     def __init__(self, limits: HttpLimits, listener: ResponseListener) -> None:
         super().__init__(limits)
@@ -673,7 +682,7 @@ class ResponseReader(MessageReader):
         assert isinstance(parser, httptools.HttpResponseParser)
         status = msg.status = parser.get_status_code()
         method, keep = self._listener.response_head(status, msg.first_ts)
-        transfer = msg.header("transfer-encoding")
+        transfer = msg.header_list("transfer-encoding")
         length = msg.header("content-length")
         if status == 101 or (method == "CONNECT" and 200 <= status < 300):
             self.upgraded = True
@@ -694,7 +703,7 @@ class ResponseReader(MessageReader):
             self._state = _BODY_EOF
         content_type = (msg.header("content-type") or "").split(";")[0].strip().lower()
         if keep and content_type == "text/event-stream":
-            msg.sse = SseParser()
+            msg.sse = SseParser(self.limits.max_sse_line_bytes, self.limits.max_sse_events)
         return keep
 
     def _deliver(self, msg: _Message) -> None:

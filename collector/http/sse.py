@@ -6,6 +6,13 @@ with "\\n"; a blank line dispatches; comments (":...") and `retry` are ignored;
 `id` persists across events. Each event carries the capture time of the latest
 bytes that completed it.
 
+Bounded and linear: each byte is scanned once however the body is split (an
+unterminated line is kept as pieces, not re-joined and re-split on every
+feed). A line longer than `max_line_bytes` (default `MAX_LINE_BYTES`) is not
+kept: its bytes are skipped to its terminator and the event it belongs to is
+dropped; so is every event past `max_events` (default `MAX_EVENTS`). Dropped
+events are counted in `dropped_events`, for the reader to report.
+
 After a hole in the stream (`gap()`), the partial line and the event being
 built are dropped and parsing resumes at the next line that starts an SSE
 field — the bytes just after the hole when they begin with one, otherwise the
@@ -16,6 +23,9 @@ from __future__ import annotations
 
 import re
 from typing import NamedTuple
+
+MAX_LINE_BYTES = 4 * 1024 * 1024
+MAX_EVENTS = 1 << 20
 
 _TERMINATOR = re.compile(rb"\r\n|\r|\n")
 _FIELD_START = re.compile(rb"(?:data|event|id|retry)(?::|\r|\n)|:|\r|\n")
@@ -34,11 +44,18 @@ class SseEvent(NamedTuple):
 class SseParser:
     """Feed body bytes with their capture times; read `events`."""
 
-    def __init__(self) -> None:
+    def __init__(self, max_line_bytes: int = MAX_LINE_BYTES, max_events: int = MAX_EVENTS) -> None:
         self.events: list[SseEvent] = []
         self.resyncs = 0
         self.dropped_bytes = 0
-        self._partial = b""
+        self.dropped_events = 0
+        self._max_line = max_line_bytes
+        self._max_events = max_events
+        self._bom = b""
+        self._partial: list[bytes] = []
+        self._partial_len = 0
+        self._overlong = False  # the line in progress passed the cap: skipped to its end
+        self._dropping = False  # the event being built lost a line: it is not dispatched
         self._after_cr = False
         self._started = False
         self._resync = False
@@ -48,12 +65,31 @@ class SseParser:
         self._event_ts = 0
 
     def feed(self, data: bytes, ts_ns: int) -> None:
+        if len(data) <= self._max_line:
+            self._feed(data, ts_ns)
+            return
+        # In pieces no longer than the cap, only a line that spans pieces can pass it.
+        for at in range(0, len(data), self._max_line):
+            self._feed(data[at : at + self._max_line], ts_ns)
+
+    def gap(self) -> None:
+        """Bytes are missing here: drop what was partial and resynchronise."""
+        self._partial = []
+        self._partial_len = 0
+        self._overlong = False
+        self._dropping = False
+        self._after_cr = False
+        self._data = []
+        self._event = b""
+        self._resync = True
+        self.resyncs += 1
+
+    def _feed(self, data: bytes, ts_ns: int) -> None:
         if not self._started:
-            if len(self._partial) + len(data) < 3 and _BOM.startswith(self._partial + data):
-                self._partial += data
+            if len(self._bom) + len(data) < 3 and _BOM.startswith(self._bom + data):
+                self._bom += data
                 return
-            data = self._partial + data
-            self._partial = b""
+            data = self._bom + data
             self._started = True
             if data.startswith(_BOM):
                 data = data[3:]
@@ -65,19 +101,32 @@ class SseParser:
             data = self._skip_to_field(data)
             if not data:
                 return
-        buf = self._partial + data if self._partial else data
-        if b"\r" in buf:
-            lines = _TERMINATOR.split(buf)
-            if buf.endswith(b"\r"):
+        if b"\n" not in data and b"\r" not in data:
+            self._continue_line(data)
+            self._event_ts = max(self._event_ts, ts_ns)
+            return
+        if b"\r" in data:
+            lines = _TERMINATOR.split(data)
+            if data.endswith(b"\r"):
                 self._after_cr = True
         else:
-            lines = buf.split(b"\n")
-        self._partial = lines.pop()
+            lines = data.split(b"\n")
+        last = lines.pop()
+        first = 0
+        if self._overlong or self._partial_len + len(lines[0]) > self._max_line:
+            self._overlong = False
+            self._dropping = True
+            first = 1
+        elif self._partial:
+            lines[0] = b"".join(self._partial) + lines[0]
+        self._partial = []
+        self._partial_len = 0
         event_ts = max(self._event_ts, ts_ns)
         data_lines = self._data
-        for line in lines:
+        for index in range(first, len(lines)):
+            line = lines[index]
             if not line:
-                if data_lines:
+                if data_lines or self._dropping:
                     self._event_ts = event_ts
                     self._dispatch()
                     data_lines = self._data
@@ -88,16 +137,22 @@ class SseParser:
                 data_lines.append(line[6:] if line[5:6] == b" " else line[5:])
             else:
                 self._field(line)
+        if last:
+            self._continue_line(last)
         self._event_ts = event_ts if data_lines or self._event or self._partial else 0
 
-    def gap(self) -> None:
-        """Bytes are missing here: drop what was partial and resynchronise."""
-        self._partial = b""
-        self._after_cr = False
-        self._data = []
-        self._event = b""
-        self._resync = True
-        self.resyncs += 1
+    def _continue_line(self, piece: bytes) -> None:
+        """Bytes of a line whose terminator has not arrived yet."""
+        if self._overlong:
+            self.dropped_bytes += len(piece)
+        elif self._partial_len + len(piece) > self._max_line:
+            self.dropped_bytes += self._partial_len + len(piece)
+            self._partial = []
+            self._partial_len = 0
+            self._overlong = True
+        else:
+            self._partial.append(piece)
+            self._partial_len += len(piece)
 
     def _skip_to_field(self, data: bytes) -> bytes:
         if _FIELD_START.match(data):
@@ -133,14 +188,18 @@ class SseParser:
 
     def _dispatch(self) -> None:
         data = self._data
-        self.events.append(
-            SseEvent(
-                self._event_ts,
-                self._event.decode("utf-8", "replace") if self._event else "",
-                (data[0] if len(data) == 1 else b"\n".join(data)).decode("utf-8", "replace"),
-                self._last_id.decode("utf-8", "replace") if self._last_id else "",
+        if self._dropping or len(self.events) >= self._max_events:
+            self.dropped_events += 1
+            self._dropping = False
+        else:
+            self.events.append(
+                SseEvent(
+                    self._event_ts,
+                    self._event.decode("utf-8", "replace") if self._event else "",
+                    (data[0] if len(data) == 1 else b"\n".join(data)).decode("utf-8", "replace"),
+                    self._last_id.decode("utf-8", "replace") if self._last_id else "",
+                )
             )
-        )
         self._data = []
         self._event = b""
         self._event_ts = 0

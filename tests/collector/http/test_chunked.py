@@ -1,0 +1,144 @@
+"""Chunk framing: strict chunk sizes, where bodies end, and chunk boundaries after a gap."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from collector.http.chunked import ChunkBoundarySearch, ChunkFramer, chunk_size
+from collector.http.errors import ChunkFramingError
+from tests.cpu_bound import budget, cpu_bound
+
+# The resynchronisation rule as one (slow, backtracking) regex: a reference for small inputs.
+_REFERENCE_LINE = re.compile(rb"(?:^|(?<=\n))([0-9A-Fa-f]{1,16})[ \t]*(?:;[^\r\n]*)?\r\n")
+
+
+def _reference_boundary(buf: bytes) -> int | None:
+    for match in _REFERENCE_LINE.finditer(buf):
+        size = int(match.group(1), 16)
+        if size == 0:
+            return match.start()
+        end = match.end() + size
+        if end + 2 > len(buf):
+            return None
+        if buf[end : end + 2] == b"\r\n":
+            return match.start()
+    return None
+
+
+def _split(data: bytes, cuts: list[int]) -> list[bytes]:
+    points = sorted({min(c, len(data)) for c in cuts})
+    return [data[a:b] for a, b in zip([0, *points], [*points, len(data)], strict=True)]
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        b"-6\r\n",
+        b"+6\r\n",
+        b"0x6\r\n",
+        b"6_0\r\n",
+        b" 6\r\n",
+        b"\r\n",
+        b"g\r\n",
+        b"1" * 17 + b"\r\n",
+    ],
+)
+def test_chunk_sizes_are_hex_digits_only(line: bytes) -> None:
+    assert chunk_size(line) is None
+
+
+@pytest.mark.parametrize(
+    ("line", "size"),
+    [
+        (b"6\r\n", 6),
+        (b"00fF\r\n", 255),
+        (b"a \t;name=v\r\n", 10),
+        (b"0\n", 0),
+        (b"f" * 16 + b"\r\n", 2**64 - 1),
+    ],
+)
+def test_chunk_sizes_that_parse(line: bytes, size: int) -> None:
+    assert chunk_size(line) == size
+
+
+def test_a_negative_chunk_size_is_an_error_not_a_rewind() -> None:
+    framer = ChunkFramer()
+    with cpu_bound(1.0), pytest.raises(ChunkFramingError):
+        framer.advance(b"3\r\nabc\r\n-6\r\nabcdef\r\n0\r\n\r\n", 0)
+
+
+def test_framer_finds_the_end_in_any_split() -> None:
+    body = b"5;x=1\r\nhello\r\n6\r\n world\r\n0\r\nT: 1\r\n\r\n"
+    for cut in range(len(body)):
+        framer = ChunkFramer()
+        assert framer.advance(body[:cut], 0) == cut and not framer.done
+        assert framer.advance(body[cut:] + b"NEXT", 0) == len(body) - cut and framer.done
+        assert framer.wire_bytes == len(body)
+
+
+def test_an_endless_chunk_size_line_is_an_error_once_it_passes_16_kib() -> None:
+    framer = ChunkFramer()
+    with pytest.raises(ChunkFramingError):
+        framer.advance(b"1" * (1 << 20), 0)
+    framer = ChunkFramer()
+    framer.advance(b"a" * 8000, 0)
+    with pytest.raises(ChunkFramingError):
+        framer.advance(b"a" * 9000, 0)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=2000), st.lists(st.integers(0, 2000), max_size=6))
+def test_framer_fuzz_never_rewinds_and_stays_bounded(data: bytes, cuts: list[int]) -> None:
+    framer = ChunkFramer()
+    with cpu_bound(budget(len(data))):
+        for piece in _split(data, cuts):
+            try:
+                end = framer.advance(piece, 0)
+            except ChunkFramingError:
+                return
+            assert 0 <= end <= len(piece)
+            if framer.done:
+                return
+            assert end == len(piece)
+
+
+_CHUNKY = st.lists(
+    st.sampled_from(
+        [b"0\r\n", b"3\r\n", b"abc", b"\r\n", b"\n", b"1;e\r\n", b"x", b"ff\r\n", b"\r"]
+    ),
+    max_size=14,
+).map(b"".join)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_CHUNKY, st.lists(st.integers(0, 60), max_size=5))
+def test_boundary_search_matches_the_reference_however_bytes_arrive(
+    data: bytes, cuts: list[int]
+) -> None:
+    search = ChunkBoundarySearch()
+    buf = bytearray()
+    found = None
+    for piece in _split(data, cuts):
+        buf += piece
+        found = search.search(buf)
+        if found is not None:
+            break
+    expected = _reference_boundary(bytes(buf))
+    assert found == expected
+
+
+@pytest.mark.parametrize(
+    "unit", [b"0;" * 4, b"1\r\n", b"a\r\nxx", b"\n", b"ffffffff\r\n" + b"x" * 20]
+)
+def test_boundary_search_over_256_kib_is_linear(unit: bytes) -> None:
+    data = unit * (256 * 1024 // len(unit))
+    search = ChunkBoundarySearch()
+    buf = bytearray()
+    with cpu_bound(budget(len(data), 1e-6)):
+        for at in range(0, len(data), 1460):
+            buf += data[at : at + 1460]
+            search.search(buf)
