@@ -5,13 +5,17 @@ response_gap, parse_error, truncated, complete; `quality_reason` lists every
 problem found ("request: ...; response: ...; exchange: ..."). A dialect that
 cannot read a body adds a parse_error only when the body itself was captured
 whole (a JSON error in a truncated body is the truncation's consequence).
+Whatever the bodies hold, every exchange becomes exactly one record: an
+extractor that fails makes a parse_error record, never a lost exchange.
 Credentials (Authorization, Cookie, API-key headers) are never recorded.
+How much of the bodies a record stores is decided in `record_bounds`.
 """
 
 from __future__ import annotations
 
+import hashlib
 import ipaddress
-import json
+import logging
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -19,7 +23,8 @@ from google.protobuf.internal.containers import RepeatedCompositeFieldContainer
 from ulid import ULID
 from veritap.v1 import record_pb2
 
-from collector.dialects import DialectRegistry
+from collector.dialects import Dialect, DialectRegistry, Extraction
+from collector.dialects.json_values import JsonError, load
 from collector.http.messages import BodyGap as HttpBodyGap
 from collector.http.messages import (
     Exchange,
@@ -28,6 +33,9 @@ from collector.http.messages import (
     RequestMessage,
     ResponseMessage,
 )
+from collector.record_bounds import RECORD_BYTES, STORED_SSE_EVENTS, skeleton, stored_body
+
+logger = logging.getLogger(__name__)
 
 Q = record_pb2.CaptureQuality
 SECRET_HEADERS = frozenset(
@@ -89,25 +97,14 @@ class RecordBuilder:
         record.flow.vlan_ids.extend(flow.vlans)
         found: list[tuple[int, str]] = []
         request, response = exchange.request, exchange.response
-        if request is not None:
-            _fill_request(record.request, request)
-            record.request_first_byte_ns = request.first_byte_ns
-            found += [(_REQUEST_QUALITY[p.kind], f"request: {p.reason}") for p in request.problems]
-        if response is not None:
-            _fill_response(record.response, response)
-            record.response_first_byte_ns = response.first_byte_ns
-            record.response_last_byte_ns = response.last_byte_ns
-            found += [
-                (_RESPONSE_QUALITY[p.kind], f"response: {p.reason}") for p in response.problems
-            ]
-        found += [(_EXCHANGE_QUALITY[p.kind], f"exchange: {p.reason}") for p in exchange.problems]
         dialect = None
         if request is not None:
             dialect = self.dialects.for_target(request.target)
         elif response is not None:
             dialect = self.dialects.for_object(_object_type(response))
+        extraction = None
         if dialect is not None:
-            extraction = dialect.extract(request.body if request is not None else b"", response)
+            extraction = _extract(dialect, request, response, found)
             record.api.CopyFrom(extraction.view)
             whole = (request is None or not request.problems) and (
                 response is None or not response.problems
@@ -115,8 +112,23 @@ class RecordBuilder:
             if whole:
                 found += [(Q.CAPTURE_QUALITY_PARSE_ERROR, f"api: {p}") for p in extraction.problems]
             self.stats.by_dialect[dialect.name] += 1
+        if request is not None:
+            in_view = extraction is not None and extraction.request_in_view
+            found += _fill_request(record.request, request, in_view=in_view)
+            record.request_first_byte_ns = request.first_byte_ns
+            found += [(_REQUEST_QUALITY[p.kind], f"request: {p.reason}") for p in request.problems]
+        if response is not None:
+            found += _fill_response(record.response, response)
+            record.response_first_byte_ns = response.first_byte_ns
+            record.response_last_byte_ns = response.last_byte_ns
+            found += [
+                (_RESPONSE_QUALITY[p.kind], f"response: {p.reason}") for p in response.problems
+            ]
+        found += [(_EXCHANGE_QUALITY[p.kind], f"exchange: {p.reason}") for p in exchange.problems]
         record.quality = _quality([q for q, _ in found])
         record.quality_reason = "; ".join(reason for _, reason in found)
+        if record.ByteSize() > RECORD_BYTES:
+            record = skeleton(record, _quality([record.quality, Q.CAPTURE_QUALITY_TRUNCATED]))
         self.stats.records += 1
         self.stats.by_quality[quality_name(record.quality)] += 1
         return record
@@ -129,12 +141,27 @@ def _quality(found: list[int]) -> record_pb2.CaptureQuality.ValueType:
     return Q.CAPTURE_QUALITY_COMPLETE
 
 
+def _extract(
+    dialect: Dialect,
+    request: RequestMessage | None,
+    response: ResponseMessage | None,
+    found: list[tuple[int, str]],
+) -> Extraction:
+    """The dialect's extraction; a failing extractor still leaves a (parse_error) record."""
+    try:
+        return dialect.extract(request.body if request is not None else b"", response)
+    except Exception as exc:
+        logger.exception("dialect extractor failed", extra={"dialect": dialect.name})
+        found.append((Q.CAPTURE_QUALITY_PARSE_ERROR, f"api: the extractor failed: {exc!r}"))
+        return Extraction(record_pb2.ApiView(dialect=dialect.name), ())
+
+
 def _object_type(response: ResponseMessage) -> str:
     """The `object` field of a JSON or SSE response, to guess an orphan's dialect."""
     text = response.sse_events[0].data if response.sse_events else response.body[:65536]
     try:
-        document = json.loads(text)
-    except ValueError:
+        document = load(text)
+    except JsonError:
         return ""
     value = document.get("object") if isinstance(document, dict) else None
     return value if isinstance(value, str) else ""
@@ -153,27 +180,52 @@ def _gaps(
         target.add(body_offset=gap.body_offset, missing_bytes=gap.missing_bytes)
 
 
-def _fill_request(out: record_pb2.HttpRequest, message: RequestMessage) -> None:
+def _body(
+    out: record_pb2.HttpRequest | record_pb2.HttpResponse, body: bytes, *, store: bool = True
+) -> str:
+    """The whole body's hash and length, and (`store`) the body cut at the cap.
+
+    Returns the cut's reason, or "" when the body is stored whole or not at all.
+    """
+    out.body_sha256 = hashlib.sha256(body).digest()
+    out.body_length = len(body)
+    if not store:
+        return ""
+    out.body, cut = stored_body(body)
+    return cut
+
+
+def _fill_request(
+    out: record_pb2.HttpRequest, message: RequestMessage, *, in_view: bool
+) -> list[tuple[int, str]]:
+    """Fill the request; `in_view`: the API view holds the body whole, so it is not stored."""
     out.method = message.method
     out.target = message.target
     out.host = message.header("host") or ""
     _headers(out.headers, message.headers)
     _headers(out.trailers, message.trailers)
-    out.body = message.body
+    in_view = in_view and not message.problems and not message.gaps
+    cut = _body(out, message.body, store=not in_view)
     out.content_encoding = message.content_encoding
     out.wire_body_length = message.wire_body_length
     _gaps(out.gaps, message.gaps)
+    return [(Q.CAPTURE_QUALITY_TRUNCATED, f"request: {cut}")] if cut else []
 
 
-def _fill_response(out: record_pb2.HttpResponse, message: ResponseMessage) -> None:
+def _fill_response(out: record_pb2.HttpResponse, message: ResponseMessage) -> list[tuple[int, str]]:
     out.status = message.status
     out.reason = message.reason
     _headers(out.headers, message.headers)
     _headers(out.trailers, message.trailers)
-    out.body = message.body
+    cuts = [_body(out, message.body)]
     out.content_encoding = message.content_encoding
     out.wire_body_length = message.wire_body_length
     _gaps(out.gaps, message.gaps)
-    events = out.sse_events
-    for event in message.sse_events:
-        events.add(arrival_ns=event.arrival_ns, event=event.event, data=event.data, id=event.id)
+    first = message.first_byte_ns
+    events = message.sse_events
+    out.sse_arrival_offsets_ns.extend(
+        max(0, event.arrival_ns - first) for event in events[:STORED_SSE_EVENTS]
+    )
+    if len(events) > STORED_SSE_EVENTS:
+        cuts.append(f"arrival times kept for {STORED_SSE_EVENTS} of {len(events)} SSE events")
+    return [(Q.CAPTURE_QUALITY_TRUNCATED, f"response: {cut}") for cut in cuts if cut]

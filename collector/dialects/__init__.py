@@ -2,6 +2,7 @@
 
 A dialect turns an exchange's request body and response into the record's
 `ApiView`. `DIALECTS` maps a dialect name (as used in config) to its extractor.
+Targets are matched by the path the server routes them to (`targets.route_path`).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from collections.abc import Iterable
 from collector.dialects.base import Dialect, Extraction
 from collector.dialects.openai_chat import OpenAIChat
 from collector.dialects.openai_completions import OpenAICompletions
+from collector.dialects.targets import route_path
 
 DIALECTS: dict[str, Dialect] = {d.name: d for d in (OpenAIChat(), OpenAICompletions())}
 
@@ -23,7 +25,7 @@ class DialectRegistry:
         self._by_path = {path: d for d in self.dialects for path in d.paths}
 
     def for_target(self, target: str) -> Dialect | None:
-        return self._by_path.get(target.split("?", 1)[0].rstrip("/") or "/")
+        return self._by_path.get(route_path(target).rstrip("/") or "/")
 
     def for_object(self, object_type: str) -> Dialect | None:
         """The dialect whose responses carry this `object` field (for orphan responses)."""

@@ -5,18 +5,37 @@ only when the request carried it with a usable type, and every request field
 except the prompt/messages also goes into `params_json` (canonical JSON:
 sorted keys, no spaces, UTF-8), so nothing the client sent is lost and no
 default is invented.
+
+What the record holds is what the client's OpenAI SDK shows
+(openai/_streaming.py): a stream ends at the first event whose data starts with
+`[DONE]`, or at a chunk whose `error` is truthy (the SDK raises there); later
+events are counted and hashed (`ApiView.events_after_end`), never read into the
+text. `"error": null` (or any falsy value) is no error. The model comes from the
+request alone, never from the response, so the prover cannot choose the
+commitment. Whatever the bodies hold, `extract` returns an `Extraction`: bodies
+that Python's json cannot hold and strings protobuf refuses become problems
+(see `json_values`), never exceptions.
 """
 
 from __future__ import annotations
 
-import json
+import hashlib
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 from veritap.v1 import record_pb2
 
+from collector.dialects.json_values import (
+    ESCAPED_SURROGATE,
+    JsonError,
+    canonical_json,
+    has_lone_surrogate,
+    load,
+    proto_text,
+)
 from collector.http.messages import ResponseMessage
+from collector.http.sse import SseEvent
 
 _INT64 = (-(2**63), 2**63 - 1)
 _FLOAT_FIELDS = (
@@ -29,24 +48,32 @@ _FLOAT_FIELDS = (
 )
 _INT_FIELDS = ("top_k", "seed", "n", "top_logprobs")
 _BOOL_FIELDS = ("stream", "return_token_ids")
+_DONE = "[DONE]"
+LONE_SURROGATE = "response text holds lone surrogates (each kept as U+FFFD)"
 
 
 @dataclass(frozen=True, slots=True)
 class Extraction:
-    """The API view of an exchange and what could not be read (each a reason)."""
+    """The API view of an exchange and what could not be read (each a reason).
+
+    `request_in_view`: the request body is a JSON object that `prompt_json` and
+    `params_json` hold whole (canonical JSON that loads back to the same object),
+    so the record need not store the body a second time. A request holding lone
+    surrogates (which a server's tokenizer may refuse) keeps its raw bytes.
+    """
 
     view: record_pb2.ApiView
     problems: tuple[str, ...]
-
-
-def canonical_json(value: object) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    request_in_view: bool = False
 
 
 def _as_float(value: object) -> float | None:
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
-    return float(value)
+    try:
+        return float(value)
+    except OverflowError:  # an integer past the float range (a 400-digit one)
+        return None
 
 
 def _as_int(value: object) -> int | None:
@@ -89,10 +116,11 @@ def sampling_from_request(
     if max_tokens is not None:
         sampling.max_tokens = max_tokens
     stop = request.get("stop")
-    if isinstance(stop, str):
-        sampling.stop.append(stop)
-    elif isinstance(stop, list) and all(isinstance(s, str) for s in stop):
-        sampling.stop.extend(stop)
+    stops = [stop] if isinstance(stop, str) else stop
+    if isinstance(stops, list) and all(
+        isinstance(s, str) and not has_lone_surrogate(s) for s in stops
+    ):
+        sampling.stop.extend(stops)
     logprobs = request.get("logprobs")
     top = _as_int(logprobs)
     if isinstance(logprobs, bool):
@@ -108,6 +136,11 @@ def sampling_from_request(
 def set_token_ids(target: record_pb2.TokenIds, ids: list[int]) -> None:
     target.SetInParent()
     target.ids.extend(ids)
+
+
+def is_error(document: object) -> bool:
+    """Whether the SDK raises on this chunk or document: a mapping with a truthy `error`."""
+    return isinstance(document, dict) and bool(document.get("error"))
 
 
 def error_message(document: object) -> str:
@@ -130,6 +163,27 @@ def fill_usage(usage: object, view: record_pb2.ApiView) -> None:
         value = _as_int(usage.get(name))
         if value is not None and value >= 0:
             setattr(view.usage, name, value)
+
+
+def _fit(text: str, problems: list[str]) -> str:
+    """`text` as protobuf takes it; a changed text is reported once."""
+    fitted = proto_text(text)
+    if fitted is not text and LONE_SURROGATE not in problems:
+        problems.append(LONE_SURROGATE)
+    return fitted
+
+
+def _count_after_end(events: Iterator[SseEvent], view: record_pb2.ApiView) -> None:
+    """Count and hash the events the SDK never reads (see the module docstring)."""
+    digest = hashlib.sha256()
+    count = 0
+    for event in events:
+        digest.update(event.data.encode())
+        digest.update(b"\n\n")
+        count += 1
+    if count:
+        view.events_after_end = count
+        view.events_after_end_sha256 = digest.digest()
 
 
 class _ChoiceAccumulator:
@@ -156,49 +210,66 @@ class Dialect(ABC):
     def extract(self, request_body: bytes, response: ResponseMessage | None) -> Extraction:
         view = record_pb2.ApiView(dialect=self.name)
         problems: list[str] = []
+        request_in_view = False
         if request_body:
             try:
-                request = json.loads(request_body)
-            except ValueError as exc:
+                request = load(request_body)
+            except JsonError as exc:
                 problems.append(f"request body is not JSON: {exc}")
             else:
                 if isinstance(request, dict):
-                    self._request(request, view)
+                    request_in_view = self._request(request, view, problems)
                 else:
                     problems.append("request body is not a JSON object")
         if response is not None:
-            if response.is_sse:
-                self._stream(response, view, problems)
-            elif response.body:
-                self._document(response, view, problems)
-        return Extraction(view, tuple(problems))
+            try:
+                if response.is_sse:
+                    self._stream(response, view, problems)
+                elif response.body:
+                    self._document(response, view, problems)
+            except JsonError as exc:
+                problems.append(f"response cannot be written as JSON: {exc}")
+        return Extraction(view, tuple(problems), request_in_view)
 
-    def _request(self, request: dict[str, object], view: record_pb2.ApiView) -> None:
+    def _request(
+        self, request: dict[str, object], view: record_pb2.ApiView, problems: list[str]
+    ) -> bool:
+        """Fill the request's part of the view; whether the view holds the request whole."""
         model = request.get("model")
         if isinstance(model, str):
-            view.model = model
-        if self.prompt_key in request:
-            view.prompt_json = canonical_json(request[self.prompt_key])
-        sampling_from_request(request, self.prompt_key, view.sampling)
+            if has_lone_surrogate(model):
+                problems.append("request model holds lone surrogates (not recorded)")
+            else:
+                view.model = model
+        try:
+            if self.prompt_key in request:
+                view.prompt_json = canonical_json(request[self.prompt_key])
+            sampling_from_request(request, self.prompt_key, view.sampling)
+        except JsonError as exc:
+            problems.append(f"request cannot be written as JSON: {exc}")
+            return False
+        return not any(
+            ESCAPED_SURROGATE in text for text in (view.prompt_json, view.sampling.params_json)
+        )
 
     def _document(
         self, response: ResponseMessage, view: record_pb2.ApiView, problems: list[str]
     ) -> None:
         try:
-            document = json.loads(response.body)
-        except ValueError as exc:
+            document = load(response.body)
+        except JsonError as exc:
             if response.status >= 400:
                 view.error = response.body.decode("utf-8", "replace")
             else:
                 problems.append(f"response body is not JSON: {exc}")
             return
-        if response.status >= 400 or (isinstance(document, dict) and "error" in document):
-            view.error = error_message(document)
+        if response.status >= 400 or is_error(document):
+            view.error = _fit(error_message(document), problems)
             return
         if not isinstance(document, dict):
             problems.append("response body is not a JSON object")
             return
-        self._header_fields(document, view)
+        self._header_fields(document, view, problems)
         fill_usage(document.get("usage"), view)
         choices = document.get("choices")
         if not isinstance(choices, list):
@@ -211,10 +282,10 @@ class Dialect(ABC):
             choice = view.choices.add()
             index = _as_int(item.get("index"))
             choice.index = index if index is not None and index >= 0 else position
-            choice.text = self._choice_text(item)
+            choice.text = _fit(self._choice_text(item), problems)
             finish = item.get("finish_reason")
             if isinstance(finish, str):
-                choice.finish_reason = finish
+                choice.finish_reason = _fit(finish, problems)
             if item.get("stop_reason") is not None:
                 choice.stop_reason_json = canonical_json(item["stop_reason"])
             ids = _as_token_ids(item.get("token_ids"))
@@ -230,24 +301,29 @@ class Dialect(ABC):
     ) -> None:
         choices: dict[int, _ChoiceAccumulator] = {}
         bad = 0
-        loads = json.loads
         delta_text = self._delta_text
-        for event in response.sse_events:
+        events = iter(response.sse_events)
+        for event in events:
             data = event.data
+            if data.startswith(_DONE):
+                break
             if data[:1] != "{":
-                if data and data != "[DONE]":
+                if data:
                     bad += 1
                 continue
             try:
-                chunk = loads(data)
-            except ValueError:
+                chunk = load(data)
+            except JsonError:
                 bad += 1
                 continue
-            if "error" in chunk:
-                view.error = error_message(chunk)
+            if not isinstance(chunk, dict):
+                bad += 1
                 continue
+            if is_error(chunk):
+                view.error = _fit(error_message(chunk), problems)
+                break
             if not view.response_id:
-                self._header_fields(chunk, view)
+                self._header_fields(chunk, view, problems)
             usage = chunk.get("usage")
             if usage is not None:
                 fill_usage(usage, view)
@@ -277,12 +353,13 @@ class Dialect(ABC):
                     acc.finish_reason = str(finish)
                     if item.get("stop_reason") is not None:
                         acc.stop_reason = canonical_json(item["stop_reason"])
+        _count_after_end(events, view)
         for index in sorted(choices):
             acc = choices[index]
             choice = view.choices.add(
                 index=index,
-                text="".join(acc.text),
-                finish_reason=acc.finish_reason,
+                text=_fit("".join(acc.text), problems),
+                finish_reason=_fit(acc.finish_reason, problems),
                 stop_reason_json=acc.stop_reason,
             )
             if acc.token_ids is not None:
@@ -298,13 +375,13 @@ class Dialect(ABC):
         self._shared_prompt(view)
 
     @staticmethod
-    def _header_fields(document: dict[str, object], view: record_pb2.ApiView) -> None:
+    def _header_fields(
+        document: dict[str, object], view: record_pb2.ApiView, problems: list[str]
+    ) -> None:
+        """The response's id and prompt ids (its `model` is a claim, never the record's)."""
         response_id = document.get("id")
         if isinstance(response_id, str):
-            view.response_id = response_id
-        model = document.get("model")
-        if isinstance(model, str) and not view.model:
-            view.model = model
+            view.response_id = _fit(response_id, problems)
         prompt_ids = _as_token_ids(document.get("prompt_token_ids"))
         if prompt_ids is not None and not view.HasField("prompt_token_ids"):
             set_token_ids(view.prompt_token_ids, prompt_ids)

@@ -22,7 +22,12 @@ from typing import Any
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
-from veritap.tls import TlsConfigError, require_tls_off_loopback, server_credentials
+from veritap.tls import (
+    MAX_STREAM_MESSAGE_BYTES,
+    TlsConfigError,
+    require_tls_off_loopback,
+    server_credentials,
+)
 from veritap.v1 import ledger_pb2, ledger_pb2_grpc
 
 from collector.ledger.config import LedgerConfig
@@ -122,7 +127,7 @@ async def start_ledger_service(
     )
     server = grpc.aio.server(
         options=[
-            ("grpc.max_send_message_length", 16 << 20),
+            ("grpc.max_send_message_length", MAX_STREAM_MESSAGE_BYTES),
             ("grpc.max_receive_message_length", 1 << 20),
             ("grpc.keepalive_time_ms", 20_000),
             ("grpc.keepalive_timeout_ms", 10_000),

@@ -36,8 +36,9 @@ sse_events                   number of Server-Sent Events in the response
 quality                      capture quality: complete, request_gap, response_gap, truncated,
                              midstream, parse_error (unspecified when unset)
 quality_reason               why the quality is not complete ("" when it is)
-request_body_sha256          SHA-256 of the de-chunked, decompressed request body (hex)
-response_body_sha256         SHA-256 of the de-chunked, decompressed response body (hex)
+request_body_sha256          SHA-256 of the de-chunked, decompressed request body (hex; the
+                             whole body's, also when the record stores it cut or not at all)
+response_body_sha256         SHA-256 of the de-chunked, decompressed response body (hex; idem)
 ===========================  =================================================================
 """
 
@@ -85,6 +86,11 @@ def _token_ids(message: record_pb2.ApiView | record_pb2.Choice, field: str) -> l
         return None
     ids: record_pb2.TokenIds = getattr(message, field)
     return list(ids.ids)
+
+
+def _body_sha256(message: record_pb2.HttpRequest | record_pb2.HttpResponse) -> str:
+    """The whole body's hash: stored with the record (older records: the body's own)."""
+    return (message.body_sha256 or hashlib.sha256(message.body).digest()).hex()
 
 
 def record_object(seq: int, envelope: bytes) -> dict[str, object]:
@@ -139,11 +145,11 @@ def record_object(seq: int, envelope: bytes) -> dict[str, object]:
         ),
         "response_id": api.response_id,
         "error": api.error,
-        "sse_events": len(response.sse_events),
+        "sse_events": len(response.sse_arrival_offsets_ns),
         "quality": quality_name(record.quality),
         "quality_reason": record.quality_reason,
-        "request_body_sha256": hashlib.sha256(request.body).hexdigest(),
-        "response_body_sha256": hashlib.sha256(response.body).hexdigest(),
+        "request_body_sha256": _body_sha256(request),
+        "response_body_sha256": _body_sha256(response),
     }
 
 

@@ -105,6 +105,12 @@ def server_credentials(tls: ServerTls) -> grpc.ServerCredentials:
     )
 
 
+# The largest gRPC message a ledger stream carries: the collector's send limit and the
+# verifier's receive limit. One entry travels alone in a message when it is large, so a
+# record must stay below it (the collector bounds its records to fit).
+MAX_STREAM_MESSAGE_BYTES = 16 << 20
+
+
 def channel_credentials(tls: ClientTls) -> grpc.ChannelCredentials:
     """Channel credentials pinning `tls.ca`, with the client certificate when one is set."""
     if (tls.cert is None) != (tls.key is None):
@@ -118,7 +124,9 @@ def channel_credentials(tls: ClientTls) -> grpc.ChannelCredentials:
 
 def channel_options(tls: ClientTls | None) -> list[tuple[str, str | int]]:
     """Channel options: the TLS name override, and message sizes for 1 MiB batches."""
-    options: list[tuple[str, str | int]] = [("grpc.max_receive_message_length", 16 << 20)]
+    options: list[tuple[str, str | int]] = [
+        ("grpc.max_receive_message_length", MAX_STREAM_MESSAGE_BYTES)
+    ]
     if tls is not None and tls.server_name:
         options.append(("grpc.ssl_target_name_override", tls.server_name))
     return options

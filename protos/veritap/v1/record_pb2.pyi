@@ -187,6 +187,8 @@ class HttpRequest(_message.Message):
     WIRE_BODY_LENGTH_FIELD_NUMBER: _builtins.int
     TRAILERS_FIELD_NUMBER: _builtins.int
     GAPS_FIELD_NUMBER: _builtins.int
+    BODY_SHA256_FIELD_NUMBER: _builtins.int
+    BODY_LENGTH_FIELD_NUMBER: _builtins.int
     method: _builtins.str
     target: _builtins.str
     host: _builtins.str
@@ -196,6 +198,14 @@ class HttpRequest(_message.Message):
     """The Content-Encoding seen on the wire ("" when none)."""
     wire_body_length: _builtins.int
     """Bytes of body on the wire, before de-chunking and decompression."""
+    body_sha256: _builtins.bytes
+    """SHA-256 and length of the whole captured body (de-chunked, decompressed),
+    also when `body` is cut or left out. `body` is left out when the API view
+    holds the whole request (prompt_json and params_json; each body is stored
+    once) and cut at the collector's stored-body cap (the record is then
+    TRUNCATED, with the reason).
+    """
+    body_length: _builtins.int
     @_builtins.property
     def headers(self) -> _containers.RepeatedCompositeFieldContainer[Global___Header]:
         """The headers the collector keeps (content-type, content-encoding,
@@ -222,46 +232,16 @@ class HttpRequest(_message.Message):
         wire_body_length: _builtins.int = ...,
         trailers: _abc.Iterable[Global___Header] | None = ...,
         gaps: _abc.Iterable[Global___BodyGap] | None = ...,
+        body_sha256: _builtins.bytes = ...,
+        body_length: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["body", b"body", "content_encoding", b"content_encoding", "gaps", b"gaps", "headers", b"headers", "host", b"host", "method", b"method", "target", b"target", "trailers", b"trailers", "wire_body_length", b"wire_body_length"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["body", b"body", "body_length", b"body_length", "body_sha256", b"body_sha256", "content_encoding", b"content_encoding", "gaps", b"gaps", "headers", b"headers", "host", b"host", "method", b"method", "target", b"target", "trailers", b"trailers", "wire_body_length", b"wire_body_length"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___HttpRequest: _TypeAlias = HttpRequest  # noqa: Y015
-
-@_typing.final
-class SseEvent(_message.Message):
-    """One Server-Sent Event as it arrived."""
-
-    DESCRIPTOR: _descriptor.Descriptor
-
-    ARRIVAL_NS_FIELD_NUMBER: _builtins.int
-    EVENT_FIELD_NUMBER: _builtins.int
-    DATA_FIELD_NUMBER: _builtins.int
-    ID_FIELD_NUMBER: _builtins.int
-    arrival_ns: _builtins.int
-    """Capture time of the packet that completed the event."""
-    event: _builtins.str
-    data: _builtins.str
-    """The data lines joined with "\\n", as the SSE specification assembles them."""
-    id: _builtins.str
-    def __init__(
-        self,
-        *,
-        arrival_ns: _builtins.int = ...,
-        event: _builtins.str = ...,
-        data: _builtins.str = ...,
-        id: _builtins.str = ...,
-    ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
-    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["arrival_ns", b"arrival_ns", "data", b"data", "event", b"event", "id", b"id"]  # noqa: Y015
-    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
-
-Global___SseEvent: _TypeAlias = SseEvent  # noqa: Y015
 
 @_typing.final
 class HttpResponse(_message.Message):
@@ -273,25 +253,34 @@ class HttpResponse(_message.Message):
     BODY_FIELD_NUMBER: _builtins.int
     CONTENT_ENCODING_FIELD_NUMBER: _builtins.int
     WIRE_BODY_LENGTH_FIELD_NUMBER: _builtins.int
-    SSE_EVENTS_FIELD_NUMBER: _builtins.int
     TRAILERS_FIELD_NUMBER: _builtins.int
     GAPS_FIELD_NUMBER: _builtins.int
+    BODY_SHA256_FIELD_NUMBER: _builtins.int
+    BODY_LENGTH_FIELD_NUMBER: _builtins.int
+    SSE_ARRIVAL_OFFSETS_NS_FIELD_NUMBER: _builtins.int
     status: _builtins.int
     reason: _builtins.str
     body: _builtins.bytes
     """The body after de-chunking and decompression; for SSE the raw event stream."""
     content_encoding: _builtins.str
     wire_body_length: _builtins.int
+    body_sha256: _builtins.bytes
+    """As in HttpRequest: the whole body's SHA-256 and length, also when `body` is cut."""
+    body_length: _builtins.int
     @_builtins.property
     def headers(self) -> _containers.RepeatedCompositeFieldContainer[Global___Header]: ...
-    @_builtins.property
-    def sse_events(self) -> _containers.RepeatedCompositeFieldContainer[Global___SseEvent]:
-        """For text/event-stream responses: every event in order with its arrival time."""
-
     @_builtins.property
     def trailers(self) -> _containers.RepeatedCompositeFieldContainer[Global___Header]: ...
     @_builtins.property
     def gaps(self) -> _containers.RepeatedCompositeFieldContainer[Global___BodyGap]: ...
+    @_builtins.property
+    def sse_arrival_offsets_ns(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """For text/event-stream responses: for each event in order (its data is in
+        `body`), the capture time of the packet that completed it, in ns after
+        response_first_byte_ns. At most the collector's cap of events (then the
+        record is TRUNCATED).
+        """
+
     def __init__(
         self,
         *,
@@ -301,13 +290,15 @@ class HttpResponse(_message.Message):
         body: _builtins.bytes = ...,
         content_encoding: _builtins.str = ...,
         wire_body_length: _builtins.int = ...,
-        sse_events: _abc.Iterable[Global___SseEvent] | None = ...,
         trailers: _abc.Iterable[Global___Header] | None = ...,
         gaps: _abc.Iterable[Global___BodyGap] | None = ...,
+        body_sha256: _builtins.bytes = ...,
+        body_length: _builtins.int = ...,
+        sse_arrival_offsets_ns: _abc.Iterable[_builtins.int] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["body", b"body", "content_encoding", b"content_encoding", "gaps", b"gaps", "headers", b"headers", "reason", b"reason", "sse_events", b"sse_events", "status", b"status", "trailers", b"trailers", "wire_body_length", b"wire_body_length"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["body", b"body", "body_length", b"body_length", "body_sha256", b"body_sha256", "content_encoding", b"content_encoding", "gaps", b"gaps", "headers", b"headers", "reason", b"reason", "sse_arrival_offsets_ns", b"sse_arrival_offsets_ns", "status", b"status", "trailers", b"trailers", "wire_body_length", b"wire_body_length"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -545,9 +536,14 @@ class ApiView(_message.Message):
     USAGE_FIELD_NUMBER: _builtins.int
     RESPONSE_ID_FIELD_NUMBER: _builtins.int
     ERROR_FIELD_NUMBER: _builtins.int
+    EVENTS_AFTER_END_FIELD_NUMBER: _builtins.int
+    EVENTS_AFTER_END_SHA256_FIELD_NUMBER: _builtins.int
     dialect: _builtins.str
     """"openai-chat" or "openai-completions"."""
     model: _builtins.str
+    """The `model` of the request alone (empty when it named none): never the
+    response's, so the prover cannot choose the commitment.
+    """
     prompt_json: _builtins.str
     """For chat: the messages array as canonical JSON; for completions: the
     prompt as canonical JSON (a string, a list of strings or of token ids).
@@ -555,7 +551,16 @@ class ApiView(_message.Message):
     response_id: _builtins.str
     """The response's id field (e.g. "chatcmpl-...")."""
     error: _builtins.str
-    """For 4xx/5xx responses: the error message the server returned."""
+    """The error message the server returned: a 4xx/5xx response, or a document
+    or SSE chunk whose `error` is truthy (as the OpenAI SDKs test it).
+    """
+    events_after_end: _builtins.int
+    """SSE events after the one that ended the stream for the client's SDK
+    (`data: [DONE]`, or an error chunk): counted and hashed, never read into
+    the text. The hash is SHA-256 over each such event's data (UTF-8)
+    followed by "\\n\\n".
+    """
+    events_after_end_sha256: _builtins.bytes
     @_builtins.property
     def sampling(self) -> Global___SamplingParams: ...
     @_builtins.property
@@ -576,10 +581,12 @@ class ApiView(_message.Message):
         usage: Global___Usage | None = ...,
         response_id: _builtins.str = ...,
         error: _builtins.str = ...,
+        events_after_end: _builtins.int = ...,
+        events_after_end_sha256: _builtins.bytes = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["prompt_token_ids", b"prompt_token_ids", "sampling", b"sampling", "usage", b"usage"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["choices", b"choices", "dialect", b"dialect", "error", b"error", "model", b"model", "prompt_json", b"prompt_json", "prompt_token_ids", b"prompt_token_ids", "response_id", b"response_id", "sampling", b"sampling", "usage", b"usage"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["choices", b"choices", "dialect", b"dialect", "error", b"error", "events_after_end", b"events_after_end", "events_after_end_sha256", b"events_after_end_sha256", "model", b"model", "prompt_json", b"prompt_json", "prompt_token_ids", b"prompt_token_ids", "response_id", b"response_id", "sampling", b"sampling", "usage", b"usage"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

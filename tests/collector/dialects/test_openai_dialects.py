@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 
 from veritap.v1 import record_pb2
@@ -33,6 +34,15 @@ def records(*pairs: tuple[bytes, bytes]) -> list[record_pb2.InferenceRecord]:
     conn.on_close("fin", ts + 1)
     builder = RecordBuilder("test/origin", REGISTRY)
     return [builder.build(e) for e in exchanges]
+
+
+def sse_response(events: list[bytes]) -> bytes:
+    """A vLLM-shaped SSE response carrying exactly `events`, one chunk each."""
+    head = (
+        b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream; charset=utf-8\r\n"
+        b"transfer-encoding: chunked\r\n\r\n"
+    )
+    return head + b"".join(sse_chunk(e) for e in events) + b"0\r\n\r\n"
 
 
 def test_chat_non_streamed_with_token_ids() -> None:
@@ -77,7 +87,10 @@ def test_chat_non_streamed_with_token_ids() -> None:
     )
     assert json.loads(api.prompt_json) == MESSAGES
     assert (api.usage.prompt_tokens, api.usage.completion_tokens) == (3, 5)
-    assert rec.request.body == call.request_json() and rec.response.body == call.response_json()
+    # The view holds the request whole, so its body is stored once (as the view).
+    assert rec.request.body == b"" and rec.response.body == call.response_json()
+    assert rec.request.body_sha256 == hashlib.sha256(call.request_json()).digest()
+    assert rec.request.body_length == len(call.request_json())
     assert "Authorization" not in [h.name for h in rec.request.headers]
     assert rec.request.host == "prover:8000"
     assert rec.flow.client_address == "::1" and rec.flow.ip_version == 6
@@ -108,8 +121,9 @@ def test_chat_streamed_n2_with_token_ids_and_usage() -> None:
         assert choice.finish_reason == gen.finish_reason
     assert api.usage.completion_tokens == 11
     assert api.sampling.stream and api.sampling.n == 2
-    assert len(rec.response.sse_events) == len(call.sse_events())
-    assert rec.response.sse_events[-1].data == "[DONE]"
+    assert len(rec.response.sse_arrival_offsets_ns) == len(call.sse_events())
+    assert rec.response.body == b"".join(call.sse_events())
+    assert rec.api.events_after_end == 0
 
 
 def test_without_return_token_ids_the_ids_are_absent_not_empty() -> None:
@@ -163,13 +177,13 @@ def test_error_responses_keep_status_and_message() -> None:
 
 def test_error_event_inside_a_stream() -> None:
     call = Call("/v1/chat/completions", "m", MESSAGES, {"stream": True}, [words(2)])
-    response = call.response()
-    marker = b"0\r\n\r\n"
+    events = call.sse_events()
     error = b'data: {"error":{"message":"Internal server error","type":"x","code":500}}\n\n'
-    response = response[: -len(marker)] + sse_chunk(error) + marker
-    (rec,) = records((call.request(), response))
+    (rec,) = records((call.request(), sse_response([*events[:2], error, *events[2:]])))
     assert rec.api.error == "Internal server error"
-    assert rec.api.choices[0].text == words(2).text
+    # The SDK raises at the error: what follows never reaches the client.
+    assert rec.api.choices[0].text == words(2).tokens[0]
+    assert rec.api.events_after_end == len(events) - 2
 
 
 def test_unparseable_json_is_a_parse_error_with_the_reason() -> None:

@@ -43,7 +43,7 @@ def full_record() -> record_pb2.InferenceRecord:
     record.api.usage.prompt_tokens = 3
     record.api.usage.completion_tokens = 2
     record.api.usage.total_tokens = 5
-    record.response.sse_events.add(arrival_ns=5, data="{}")
+    record.response.sse_arrival_offsets_ns.append(5)
     record.flow.ip_version = 6
     record.flow.client_address = "::1"
     record.flow.client_port = 40000
