@@ -61,23 +61,23 @@ def _brotli_step(budget: list[int]) -> _Step:
     decompressor = brotli.Decompressor()
 
     def step(data: bytes) -> bytes:
+        # A call whose output filled its limit may have more to give: drain with empty input.
+        # (`can_accept_more_data` says only that the input was consumed.)
         pieces: list[bytes] = []
         total = 0
-        out: bytes = decompressor.process(
-            data, output_buffer_limit=min(budget[0] + 1, BROTLI_STEP_BYTES)
-        )
+        limit = min(budget[0] + 1, BROTLI_STEP_BYTES)
+        out: bytes = decompressor.process(data, output_buffer_limit=limit)
         while True:
             total += len(out)
             if total > budget[0]:
                 raise _over_cap()
             pieces.append(out)
-            if decompressor.can_accept_more_data():
+            if len(out) < limit and decompressor.can_accept_more_data():
                 return pieces[0] if len(pieces) == 1 else b"".join(pieces)
             if not out:
                 raise ContentDecodingError("brotli decoder stopped without output")
-            out = decompressor.process(
-                b"", output_buffer_limit=min(budget[0] + 1 - total, BROTLI_STEP_BYTES)
-            )
+            limit = min(budget[0] + 1 - total, BROTLI_STEP_BYTES)
+            out = decompressor.process(b"", output_buffer_limit=limit)
 
     return step
 

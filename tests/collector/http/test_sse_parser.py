@@ -5,7 +5,8 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from collector.http.sse import SseEvent, SseParser
+from collector.http.sse import MAX_LINE_BYTES, SseEvent, SseParser
+from tests.cpu_bound import budget, cpu_bound
 
 
 def parse(chunks: list[bytes]) -> list[SseEvent]:
@@ -63,3 +64,87 @@ def test_gap_drops_the_broken_event_and_resumes_at_a_field() -> None:
     parser.feed(b'ree"}\n\ndata: four\n\n', 3)
     assert [e.data for e in parser.events] == ["one", "three", "four"]
     assert parser.resyncs == 2
+
+
+def test_an_8_mb_unterminated_line_is_scanned_once_and_its_event_dropped() -> None:
+    """It was re-joined and re-split on every segment: 16 s of CPU for 8 MB."""
+    parser = SseParser()
+    piece = b"x" * 1460
+    with cpu_bound(budget(8 << 20, 0.5e-6)):
+        parser.feed(b"data: ", 1)
+        for _ in range((8 << 20) // len(piece)):
+            parser.feed(piece, 2)
+        parser.feed(b"\n\ndata: after\n\n", 3)
+    assert [e.data for e in parser.events] == ["after"]
+    assert parser.dropped_events == 1 and parser.dropped_bytes > MAX_LINE_BYTES
+
+
+def test_a_long_line_under_the_cap_is_kept_whole() -> None:
+    parser = SseParser()
+    with cpu_bound(budget(3 << 20, 0.5e-6)):
+        parser.feed(b"data: ", 1)
+        for _ in range(3 << 10):
+            parser.feed(b"y" * 1024, 2)
+        parser.feed(b"\n\n", 3)
+    assert [len(e.data) for e in parser.events] == [3 << 20]
+    assert parser.dropped_events == 0
+
+
+def test_lines_over_the_cap_drop_their_event_whether_split_or_whole() -> None:
+    stream = b"data: keep\n\nevent: x\ndata: " + b"z" * 100 + b"\ndata: more\n\ndata: next\n\n"
+    for chunks in ([stream], [stream[i : i + 7] for i in range(0, len(stream), 7)]):
+        parser = SseParser(max_line_bytes=50)
+        for chunk in chunks:
+            parser.feed(chunk, 1)
+        assert [(e.event, e.data) for e in parser.events] == [("", "keep"), ("", "next")]
+        assert parser.dropped_events == 1
+
+
+def test_events_past_the_cap_are_counted_not_kept() -> None:
+    parser = SseParser(max_events=2)
+    parser.feed(b"data: 1\n\ndata: 2\n\ndata: 3\n\ndata: 4\n\n", 1)
+    assert [e.data for e in parser.events] == ["1", "2"] and parser.dropped_events == 2
+
+
+_SSE_PIECES = st.sampled_from(
+    [
+        b"data: ",
+        b"data:",
+        b"event: e",
+        b"id: 1",
+        b":c",
+        b"retry: 5",
+        b"x" * 40,
+        b"\r",
+        b"\n",
+        b"\r\n",
+    ]
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    st.lists(st.one_of(_SSE_PIECES, st.binary(max_size=30)), max_size=30).map(b"".join),
+    st.lists(st.integers(0, 1000), max_size=8),
+    st.lists(st.integers(0, 1000), max_size=3),
+)
+def test_fuzz_events_are_the_same_however_split_and_cpu_stays_bounded(
+    stream: bytes, cuts: list[int], gaps: list[int]
+) -> None:
+    """Any bytes with gaps at the same places, split two ways, under a small line cap."""
+    points = sorted({min(c, len(stream)) for c in cuts + gaps})
+    holes = {min(g, len(stream)) for g in gaps}
+
+    def run(split: bool) -> tuple[list[tuple[str, str, str]], int]:
+        parser = SseParser(max_line_bytes=64, max_events=20)
+        for start, end in zip([0, *points], [*points, len(stream)], strict=True):
+            if start in holes:
+                parser.gap()
+            piece = stream[start:end]
+            pieces = [piece[i : i + 5] for i in range(0, len(piece), 5)] if split else [piece]
+            for part in pieces:
+                parser.feed(part, 1)
+        return [(e.event, e.data, e.id) for e in parser.events], parser.dropped_events
+
+    with cpu_bound(budget(len(stream))):
+        assert run(split=False) == run(split=True)
