@@ -39,6 +39,8 @@ quality_reason               why the quality is not complete ("" when it is)
 request_body_sha256          SHA-256 of the de-chunked, decompressed request body (hex; the
                              whole body's, also when the record stores it cut or not at all)
 response_body_sha256         SHA-256 of the de-chunked, decompressed response body (hex; idem)
+events_after_end             SSE events after the one that ended the stream for the client's
+                             SDK ([DONE] or an error chunk): counted, never read into the text
 ===========================  =================================================================
 """
 
@@ -150,6 +152,7 @@ def record_object(seq: int, envelope: bytes) -> dict[str, object]:
         "quality_reason": record.quality_reason,
         "request_body_sha256": _body_sha256(request),
         "response_body_sha256": _body_sha256(response),
+        "events_after_end": api.events_after_end,
     }
 
 
