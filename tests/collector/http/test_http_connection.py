@@ -7,6 +7,7 @@ import zlib
 from collections.abc import Sequence
 
 import brotli
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -14,6 +15,7 @@ from collector.http.exchange import Connection, HttpStats
 from collector.http.messages import Exchange, ProblemKind
 from collector.http.reader import HttpLimits
 from collector.tcp_reassembly import CLIENT_TO_SERVER, SERVER_TO_CLIENT, FlowInfo
+from tests.cpu_bound import budget, cpu_bound
 
 FLOW = FlowInfo(4, b"\x0a\x00\x00\x01", 40000, b"\x0a\x00\x00\x02", 8000, (), 0)
 C, S = CLIENT_TO_SERVER, SERVER_TO_CLIENT
@@ -351,3 +353,195 @@ def test_garbage_request_is_a_parse_error_with_a_reason() -> None:
     assert ex.request is not None
     assert ex.request.problems[0].kind is ProblemKind.PARSE_ERROR
     assert "bad message head" in ex.request.problems[0].reason
+
+
+def test_a_negative_chunk_size_is_a_parse_error_and_capture_goes_on() -> None:
+    """`-6` once made the framer rewind to its own line forever: one packet stopped all capture."""
+    h = Harness()
+    with cpu_bound(2.0):
+        h.send(C, req(b"1"))
+        h.send(S, b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n-6\r\nabcdef\r\n0\r\n\r\n")
+        h.send(C, req(b"2"))
+        h.send(S, resp(b"two"))
+        ex = h.close()
+    first, second = (e.response for e in ex)
+    assert first is not None and first.problems[0].kind is ProblemKind.PARSE_ERROR
+    assert "chunk-size" in first.problems[0].reason
+    assert second is not None and second.body == b"two" and not second.problems
+
+
+def test_every_content_encoding_line_is_applied_in_order() -> None:
+    payload = b'{"x": "' + b"y" * 500 + b'"}'
+    h = Harness()
+    h.send(C, req())
+    h.send(
+        S,
+        resp(
+            brotli.compress(gzip.compress(payload)),
+            extra="Content-Encoding: gzip\r\nContent-Encoding: br\r\n",
+        ),
+    )
+    (ex,) = h.close()
+    assert ex.response is not None and not ex.response.problems
+    assert ex.response.body == payload and ex.response.content_encoding == "gzip, br"
+
+
+def test_framing_follows_the_last_transfer_encoding_line() -> None:
+    h = Harness()
+    h.send(C, req(b"1"))
+    te = "Transfer-Encoding: gzip\r\nTransfer-Encoding: chunked\r\n"
+    h.send(S, f"HTTP/1.1 200 OK\r\n{te}\r\n".encode() + chunked([b"abc"]) + resp(b"next"))
+    h.send(C, req(b"2"))
+    ex = h.close()
+    assert [(e.response.body, e.response.problems) for e in ex if e.response] == [
+        (b"abc", ()),
+        (b"next", ()),
+    ]
+
+
+@pytest.mark.parametrize("unit", [b"HTTP/1.1 200 ", b"GET /", b"1\r\n", b"0;", b"\n"])
+def test_resync_over_256_kib_of_hostile_bytes_is_linear_and_finds_the_next_response(
+    unit: bytes,
+) -> None:
+    """The start-line regex and chunk search once backtracked here: 256 KB took ~50 minutes."""
+    h = Harness()
+    h.send(C, req(b"1"))
+    h.send(S, SSE_HEAD + chunked([b"data: 1\n\n"])[:-5])
+    h.gap(S, 10)
+    junk = unit * (200 * 1024 // len(unit))
+    with cpu_bound(budget(len(junk), 2e-6)):
+        h.send(S, junk + b"\n", sizes=[1460] * (len(junk) // 1460 + 1))
+        h.send(S, resp(b"after"))
+    h.send(C, req(b"2"))
+    ex = h.close()
+    assert ex[0].response is not None and ex[0].response.problems[0].kind is ProblemKind.GAP
+    assert ex[-1].response is not None and ex[-1].response.body == b"after"
+
+
+def test_a_start_line_across_the_end_of_the_resync_window_is_still_found() -> None:
+    h = Harness(limits=HttpLimits(resync_window_bytes=1024))
+    h.send(C, req(b"1"))
+    h.send(S, SSE_HEAD + chunked([b"data: 1\n\n"])[:-5])
+    h.gap(S, 10)
+    following = resp(b"after")
+    h.send(S, b"z" * 1020 + following[:10])
+    h.send(S, following[10:])
+    h.send(C, req(b"2"))
+    ex = h.close()
+    assert [p.kind for p in ex[0].response.problems] == [ProblemKind.GAP, ProblemKind.GAP]  # type: ignore[union-attr]
+    assert ex[1].response is not None and ex[1].response.body == b"after"
+    assert not ex[1].response.problems
+
+
+def test_an_endless_head_is_cut_at_the_cap_and_the_scan_goes_on_in_the_same_segment() -> None:
+    h = Harness(limits=HttpLimits(max_head_bytes=1024))
+    h.send(C, req(b"1"))
+    h.send(S, b"HTTP/1.1 200 OK\r\n" + b"X-A: b\r\n" * 200_000 + resp(b"next"))
+    h.send(C, req(b"2"))
+    ex = h.close()
+    first, second = (e.response for e in ex)
+    assert first is not None and "longer than 1024" in first.problems[0].reason
+    assert second is not None and second.body == b"next"
+
+
+def test_a_long_start_line_split_into_single_bytes_is_found_at_a_pickup() -> None:
+    h = Harness(midstream=True)
+    long_target = "/v1/completions?" + "q" * 300
+    h.send(C, b'tail of a body"}' + req(b"whole", path=long_target), sizes=[1] * 1000)
+    h.send(S, resp(b"ok"))
+    (ex,) = h.close()
+    assert ex.request is not None and ex.request.target == long_target
+    assert ex.request.body == b"whole" and not ex.request.problems
+
+
+def test_an_sse_line_over_the_cap_makes_the_response_truncated() -> None:
+    h = Harness(limits=HttpLimits(max_sse_line_bytes=100))
+    h.send(C, req())
+    events = [b"data: 1\n\n", b"data: " + b"x" * 200 + b"\n\n", b"data: [DONE]\n\n"]
+    h.send(S, SSE_HEAD + chunked(events))
+    (ex,) = h.close()
+    assert ex.response is not None
+    assert [e.data for e in ex.response.sse_events] == ["1", "[DONE]"]
+    assert [p.kind for p in ex.response.problems] == [ProblemKind.TRUNCATED]
+    assert "1 SSE event(s) not kept" in ex.response.problems[0].reason
+
+
+def _traffic() -> tuple[bytes, bytes]:
+    """A keep-alive connection of the kinds the API sees: JSON, gzip, chunked SSE, pipelined."""
+    client = (
+        req(b'{"model": "m"}')
+        + req(b'{"stream": true}')
+        + req(gzip.compress(b"{}"), extra="Content-Encoding: gzip\r\n")
+    )
+    server = (
+        resp(b'{"choices": []}')
+        + SSE_HEAD
+        + chunked(sse_events(3), ext=True)
+        + resp(gzip.compress(b'{"ok": 1}'), extra="Content-Encoding: gzip\r\n")
+    )
+    return client, server
+
+
+_EDITS = st.lists(
+    st.tuples(
+        st.sampled_from(["flip", "insert", "delete", "gap"]),
+        st.integers(0, 2000),
+        st.binary(min_size=1, max_size=8),
+    ),
+    max_size=4,
+)
+
+
+def _mutate(data: bytes, edits: list[tuple[str, int, bytes]]) -> tuple[bytes, set[int]]:
+    """Apply byte edits; "gap" edits mark positions where the direction loses 1..8 bytes."""
+    out = bytearray(data)
+    holes: set[int] = set()
+    for kind, where, value in edits:
+        at = where % (len(out) + 1)
+        if kind == "flip" and at < len(out):
+            out[at] = value[0]
+        elif kind == "insert":
+            out[at:at] = value
+        elif kind == "delete":
+            del out[at : at + len(value)]
+        elif kind == "gap":
+            holes.add(at)
+    return bytes(out), holes
+
+
+def _send_with_holes(h: Harness, direction: int, data: bytes, holes: set[int], step: int) -> None:
+    """Send `data` in `step`-byte segments; at each hole the next 1..4 bytes are lost instead."""
+    pos = 0
+    for hole in [*sorted(holes), len(data)]:
+        if hole < pos:
+            continue
+        h.send(direction, data[pos:hole], sizes=[step] * (len(data) // step + 1))
+        lost = min(4, len(data) - hole)
+        if lost:
+            h.gap(direction, lost)
+        pos = hole + lost
+
+
+@settings(max_examples=300, deadline=None)
+@given(_EDITS, _EDITS, st.integers(1, 1500))
+def test_fuzz_mutated_traffic_never_crashes_and_stays_bounded(
+    client_edits: list[tuple[str, int, bytes]],
+    server_edits: list[tuple[str, int, bytes]],
+    step: int,
+) -> None:
+    """Both readers over mutated real traffic: every message ends, problems have reasons."""
+    client, server = _traffic()
+    client, client_holes = _mutate(client, client_edits)
+    server, server_holes = _mutate(server, server_edits)
+    h = Harness()
+    with cpu_bound(budget(len(client) + len(server))):
+        _send_with_holes(h, C, client, client_holes, step)
+        _send_with_holes(h, S, server, server_holes, step)
+        exchanges = h.close()
+    for ex in exchanges:
+        assert ex.request is not None or ex.response is not None
+        for message in (ex.request, ex.response):
+            assert message is None or all(p.reason for p in message.problems)
+    if not client_edits and not server_edits:
+        assert len(exchanges) == 3
+        assert all(not e.problems and not e.request.problems for e in exchanges if e.request)
