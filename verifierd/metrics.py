@@ -63,7 +63,8 @@ class VerifierMetrics:
         )
         self.intake_alerts = Counter(
             _PREFIX + "intake_alerts",
-            "Times intake from a collector stopped on evidence (fork, gap, bad signature).",
+            "Intake alerts: stops on evidence (fork, gap, bad signature), and entries"
+            " withheld (reason withheld_entry: kept as their hash only, intake goes on).",
             ["origin", "reason"],
             registry=r,
         )

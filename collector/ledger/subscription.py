@@ -6,7 +6,11 @@ a seq past the head or below the retention floor is OUT_OF_RANGE. After that the
 subscription sends every entry in order, each signed checkpoint right after the entry whose
 seq is its tree size, and a heartbeat with the head seq every `heartbeat_s`. At most
 `window` entries are in flight without an acknowledgement; acknowledgements also feed the
-retention book.
+retention book. An entry too large for one stream message (`MAX_ENVELOPE_BYTES`; records
+are bounded below it, see collector.record_bounds) is sent as its hash, which the chain
+still covers, rather than as a message the client must refuse: the stream never stalls
+on it, and the verifier alerts on an entry withheld from a subscription without a model
+filter.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from dataclasses import dataclass
 
 import grpc
 from veritap.envelope import ZERO_HASH, entry_hash
+from veritap.tls import MAX_STREAM_MESSAGE_BYTES
 from veritap.v1 import ledger_pb2, log_pb2, record_pb2
 
 from collector.ledger.config import LedgerConfig
@@ -37,6 +42,10 @@ _READ_ENTRIES = 256
 # Bytes a StreamedEntry adds around its envelope (tags, seq varint, length prefixes).
 _ENTRY_OVERHEAD = 24
 _FILTERED_SIZE = 48
+# Bytes a batch message adds around its one entry (SubscribeResponse and EntryBatch tags
+# and lengths).
+_BATCH_OVERHEAD = 16
+MAX_ENVELOPE_BYTES = MAX_STREAM_MESSAGE_BYTES - _ENTRY_OVERHEAD - _BATCH_OVERHEAD
 
 
 class SubscribeRefusedError(Exception):
@@ -212,9 +221,9 @@ class Subscription:
             self._fail(grpc.StatusCode.OUT_OF_RANGE, str(exc))
             return
         checkpoints = {cp.tree_size: cp for cp in self._log.checkpoints_between(first, last)}
-        bodies: list[bytes | None] = list(envelopes)
+        bodies: list[bytes | None] = [self._sendable(first + i, e) for i, e in enumerate(envelopes)]
         if self._models:
-            bodies = [e if _model_of(e) in self._models else None for e in envelopes]
+            bodies = [b if b is not None and _model_of(b) in self._models else None for b in bodies]
         sizes = [_FILTERED_SIZE if b is None else len(b) + _ENTRY_OVERHEAD for b in bodies]
         for batch in plan_batches(
             first,
@@ -237,6 +246,16 @@ class Subscription:
             if batch.checkpoint_after:
                 self._checkpoint_sent = batch.last
                 yield ledger_pb2.SubscribeResponse(checkpoint=checkpoints[batch.last])
+
+    def _sendable(self, seq: int, envelope: bytes) -> bytes | None:
+        """The envelope, or None when it cannot travel in one message (sent as its hash)."""
+        if len(envelope) <= MAX_ENVELOPE_BYTES:
+            return envelope
+        logger.error(
+            "entry too large to stream: sent as its hash",
+            extra={"seq": seq, "bytes": len(envelope), "subscriber": self._label},
+        )
+        return None
 
     def _idle_checkpoint(self) -> log_pb2.Checkpoint | None:
         """A checkpoint signed after its entries went out (time-driven), while it still fits."""

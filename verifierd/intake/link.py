@@ -7,6 +7,15 @@ everything verified so far in one store transaction (entries, queue and cursor t
 then acknowledges that seq to the collector. Network errors reconnect with exponential
 backoff; a violation (fork, gap, bad hash, bad signature, rollback) stops this link for
 good and records an alert with its evidence in the store.
+
+An entry that cannot be received is never retried forever: when the stream fails with
+RESOURCE_EXHAUSTED (an entry larger than the message limit), its hash is fetched with
+GetInclusionProof and stored in its place, and intake moves on; when the collector sends an
+entry as its hash although this link asked for every model (it withholds entries too large
+to stream), the hash is stored likewise. Either way an alert that does not stop intake is
+raised: counted in `intake_alerts` (reason "withheld_entry"), logged, and written to the
+store's audit log with the seq and entry hash. The chain still covers such an entry: the
+next entry's prev_hash and the next checkpoint's root must agree with its hash.
 """
 
 from __future__ import annotations
@@ -51,6 +60,7 @@ _VIOLATION_CODES = {
     grpc.StatusCode.OUT_OF_RANGE,
     grpc.StatusCode.NOT_FOUND,
 }
+WITHHELD = "withheld_entry"
 
 
 @dataclass(frozen=True)
@@ -324,7 +334,9 @@ class CollectorLink:
             except grpc.aio.AioRpcError as exc:
                 if exc.code() in _VIOLATION_CODES:
                     raise await self._start_refused(stub, chain, exc) from exc
-                raise
+                if exc.code() != grpc.StatusCode.RESOURCE_EXHAUSTED:
+                    raise
+                await self._pass_unreceivable(stub, chain, ingester, ingest_task, exc)
             finally:
                 for task in (read_task, ingest_task):
                     task.cancel()
@@ -347,7 +359,9 @@ class CollectorLink:
                 if parts is not None:
                     if self.state != "streaming":
                         self.state = "streaming"
-                    ingester.add(chain.accept_parts(parts))
+                    accepted = chain.accept_parts(parts)
+                    await self._note_hash_only(accepted)
+                    ingester.add(accepted)
                     continue
                 try:
                     response = ledger_pb2.SubscribeResponse.FromString(data)
@@ -357,7 +371,9 @@ class CollectorLink:
                 if kind == "batch":
                     if self.state != "streaming":
                         self.state = "streaming"
-                    ingester.add(chain.accept_entries(response.batch.entries))
+                    accepted = chain.accept_entries(response.batch.entries)
+                    await self._note_hash_only(accepted)
+                    ingester.add(accepted)
                 elif kind == "checkpoint":
                     chain.accept_checkpoint(response.checkpoint)
                     ingester.add_checkpoint(response.checkpoint)
@@ -370,6 +386,48 @@ class CollectorLink:
             ingester.close()
             await ingest_task
             raise
+
+    async def _note_hash_only(self, accepted: list[tuple[int, bytes, bytes]]) -> None:
+        """Entries that came as their hash although every model was asked for were withheld."""
+        if self.collector.models:
+            return
+        for seq, envelope, digest in accepted:
+            if not envelope:
+                await self._alert_withheld(seq, digest, "the collector sent only its hash")
+
+    async def _pass_unreceivable(
+        self,
+        stub: ledger_pb2_grpc.LedgerServiceAsyncStub,
+        chain: IntakeChain,
+        ingester: _Ingester,
+        ingest_task: asyncio.Task[None],
+        error: grpc.aio.AioRpcError,
+    ) -> None:
+        """The next entry cannot be received: store its hash in its place and move on.
+
+        Batches arrive in order, at most the collector's batch_bytes (1 MiB at most, far
+        below the receive limit) unless one entry is larger and travels alone, so the
+        message that failed holds exactly the entry after the chain's last. Its hash comes
+        from an inclusion proof (so once a checkpoint covers it; until then this raises and
+        the link retries with backoff), and waits until the ingester has stored it.
+        """
+        seq = chain.size + 1
+        request = ledger_pb2.GetInclusionProofRequest(seq=seq)
+        proof = await stub.GetInclusionProof(request, timeout=5)
+        accepted = chain.accept_parts([(seq, True, proof.leaf_hash)])
+        ingester.add(accepted)
+        await self._alert_withheld(seq, accepted[0][2], f"it cannot be received: {error.details()}")
+        while self.stored_seq < seq and not ingest_task.done():
+            await asyncio.sleep(0.01)
+        if self.stored_seq < seq:
+            ingest_task.result()
+
+    async def _alert_withheld(self, seq: int, digest: bytes, why: str) -> None:
+        """An alert that does not stop intake (see the module docstring)."""
+        self._metrics.intake_alerts.labels(self.origin, WITHHELD).inc()
+        detail = {"origin": self.origin, "seq": seq, "entry_hash": digest.hex(), "why": why}
+        logger.error("entry withheld from the intake: stored as its hash only", extra=detail)
+        await asyncio.to_thread(self._store.audit, "intake", WITHHELD, detail)
 
     async def _start_refused(
         self,
