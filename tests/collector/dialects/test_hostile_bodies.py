@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -17,10 +16,8 @@ from collector.http.messages import ResponseMessage
 from collector.http.sse import SseEvent
 from collector.records import quality_name
 from tests.collector.dialects.test_openai_dialects import MESSAGES, records, sse_response
+from tests.cpu_bound import budget, cpu_bound
 from tests.openai_traffic import Call, words
-
-# CPU seconds one fuzz input may take (inputs are at most a few KiB: linear work is ~1 ms).
-CPU_BOUND_S = 0.5
 
 
 def post(body: bytes, path: str = "/v1/chat/completions") -> bytes:
@@ -214,11 +211,11 @@ def _bodies() -> st.SearchStrategy[bytes]:
 
 
 def _check(dialect: Dialect, request: bytes, response: ResponseMessage) -> None:
-    start = time.process_time()
-    extraction = dialect.extract(request, response)
+    size = len(request) + len(response.body) + sum(len(e.data) for e in response.sse_events)
+    with cpu_bound(budget(size)):
+        extraction = dialect.extract(request, response)
+        extraction.view.SerializeToString()
     assert isinstance(extraction, Extraction)
-    extraction.view.SerializeToString()
-    assert time.process_time() - start < CPU_BOUND_S
 
 
 FUZZ = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
