@@ -8,13 +8,14 @@ default is invented.
 
 What the record holds is what the client's OpenAI SDK shows
 (openai/_streaming.py): a stream ends at the first event whose data starts with
-`[DONE]`, or at a chunk whose `error` is truthy (the SDK raises there); later
-events are counted and hashed (`ApiView.events_after_end`), never read into the
-text. `"error": null` (or any falsy value) is no error. The model comes from the
-request alone, never from the response, so the prover cannot choose the
-commitment. Whatever the bodies hold, `extract` returns an `Extraction`: bodies
-that Python's json cannot hold and strings protobuf refuses become problems
-(see `json_values`), never exceptions.
+`[DONE]`, at a chunk whose `error` is truthy, or at data that is not JSON (empty
+data too: the SDK raises at both); later events are counted and hashed
+(`ApiView.events_after_end`), never read into the text. `"error": null` (or any
+falsy value) is no error. The model comes from the request alone, never from
+the response, so the prover cannot choose the commitment. Whatever the bodies
+hold, `extract` returns an `Extraction`: bodies that Python's json cannot hold
+and strings protobuf refuses become problems (see `json_values`), never
+exceptions.
 """
 
 from __future__ import annotations
@@ -303,19 +304,15 @@ class Dialect(ABC):
         bad = 0
         delta_text = self._delta_text
         events = iter(response.sse_events)
-        for event in events:
+        for position, event in enumerate(events, 1):
             data = event.data
             if data.startswith(_DONE):
                 break
-            if data[:1] != "{":
-                if data:
-                    bad += 1
-                continue
             try:
                 chunk = load(data)
             except JsonError:
-                bad += 1
-                continue
+                problems.append(f"SSE event {position} is not JSON (the SDK raises there)")
+                break
             if not isinstance(chunk, dict):
                 bad += 1
                 continue

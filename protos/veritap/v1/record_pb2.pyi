@@ -556,9 +556,9 @@ class ApiView(_message.Message):
     """
     events_after_end: _builtins.int
     """SSE events after the one that ended the stream for the client's SDK
-    (`data: [DONE]`, or an error chunk): counted and hashed, never read into
-    the text. The hash is SHA-256 over each such event's data (UTF-8)
-    followed by "\\n\\n".
+    (`data: [DONE]`, an error chunk, or data that is not JSON): counted and
+    hashed, never read into the text. The hash is SHA-256 over each such
+    event's data (UTF-8) followed by "\\n\\n".
     """
     events_after_end_sha256: _builtins.bytes
     @_builtins.property

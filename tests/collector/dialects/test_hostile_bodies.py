@@ -51,8 +51,20 @@ def test_deeply_nested_sse_chunk_is_a_parse_error() -> None:
     deep = b"data: " + b'{"a":' * 50_000 + b"1" + b"}" * 50_000 + b"\n\n"
     rec = one_record(call.request(), sse_response([events[0], deep, *events[1:]]))
     assert quality_name(rec.quality) == "parse_error"
-    assert "1 SSE event(s) are not chunks" in rec.quality_reason
-    assert rec.api.choices[0].text == words(2).text
+    assert "api: SSE event 2 is not JSON (the SDK raises there)" in rec.quality_reason
+    # The client's SDK stopped at the deep event: nothing after it is its text.
+    assert rec.api.choices[0].text == ""
+    assert rec.api.events_after_end == len(events) - 1
+
+
+@pytest.mark.parametrize("data", [b"data:\n\n", b"data: {oops\n\n", b"data:  [DONE]\n\n"])
+def test_the_text_ends_at_the_first_event_the_sdk_cannot_decode(data: bytes) -> None:
+    call = Call("/v1/chat/completions", "m", MESSAGES, {"stream": True}, [words(3)])
+    events = call.sse_events()
+    rec = one_record(call.request(), sse_response([*events[:2], data, *events[2:]]))
+    assert rec.api.choices[0].text == words(3).tokens[0]
+    assert "api: SSE event 3 is not JSON (the SDK raises there)" in rec.quality_reason
+    assert rec.api.events_after_end == len(events) - 2
 
 
 def test_lone_surrogate_in_the_response_text_is_replaced_and_said() -> None:
