@@ -50,7 +50,7 @@ _FLOAT_FIELDS = (
 _INT_FIELDS = ("top_k", "seed", "n", "top_logprobs")
 _BOOL_FIELDS = ("stream", "return_token_ids")
 _DONE = "[DONE]"
-LONE_SURROGATE = "response text holds lone surrogates (each kept as U+FFFD)"
+_LONE_SURROGATE = "response text holds lone surrogates (each kept as U+FFFD)"
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,8 +169,8 @@ def fill_usage(usage: object, view: record_pb2.ApiView) -> None:
 def _fit(text: str, problems: list[str]) -> str:
     """`text` as protobuf takes it; a changed text is reported once."""
     fitted = proto_text(text)
-    if fitted is not text and LONE_SURROGATE not in problems:
-        problems.append(LONE_SURROGATE)
+    if fitted is not text and _LONE_SURROGATE not in problems:
+        problems.append(_LONE_SURROGATE)
     return fitted
 
 
@@ -179,7 +179,7 @@ def _count_after_end(events: Iterator[SseEvent], view: record_pb2.ApiView) -> No
     digest = hashlib.sha256()
     count = 0
     for event in events:
-        digest.update(event.data.encode())
+        digest.update(event.data.encode("utf-8", "surrogatepass"))
         digest.update(b"\n\n")
         count += 1
     if count:
