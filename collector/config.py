@@ -14,9 +14,14 @@ fanout_group = 0                    # >0: join this PACKET_FANOUT group (hash by
 ring_block_bytes = 4194304          # PACKET_MMAP TPACKET_V3 ring: block size ...
 ring_blocks = 64                    # ... and count (256 MiB)
 stats_interval_s = 10.0             # how often kernel drop counters are read and logged
+checksums = "verify"                # "verify": a bad IPv4/TCP checksum drops the frame;
+                                    # "ignore": only where offload leaves them unfilled
+                                    # (capturing on the sending host, e.g. `lo`; tc mirror
+                                    # egress copies)
 
 [reassembly]
-gap_timeout_s = 2.0                 # a hole that has not filled after this becomes a gap
+gap_timeout_s = 60.0                # a hole that has not filled after this becomes a gap
+                                    # (longer than TCP's retransmission backoff)
 window_bytes = 8388608              # ... or when this much is buffered beyond it
 max_buffered_bytes = 536870912      # all flows together
 idle_timeout_s = 300.0
@@ -53,6 +58,7 @@ from pathlib import Path
 from veritap.metrics_http import MetricsAddressError, parse_listen
 from veritap.toml_section import ConfigError, Section
 
+from collector.capture.decode import ChecksumPolicy
 from collector.dialects import DIALECTS
 from collector.http.reader import HttpLimits
 from collector.ledger.config import LedgerConfig, ledger_config_from_table
@@ -100,11 +106,12 @@ class CaptureConfig:
     ring_block_bytes: int = 4 * 1024 * 1024
     ring_blocks: int = 64
     stats_interval_s: float = 10.0
+    checksums: ChecksumPolicy = ChecksumPolicy.VERIFY
 
 
 @dataclass(frozen=True)
 class ReassemblyConfig:
-    gap_timeout_s: float = 2.0
+    gap_timeout_s: float = 60.0
     window_bytes: int = 8 * 1024 * 1024
     max_buffered_bytes: int = 512 * 1024 * 1024
     idle_timeout_s: float = 300.0
@@ -181,7 +188,17 @@ def _capture(section: _Section) -> CaptureConfig:
         ),
         ring_blocks=section.integer("ring_blocks", d.ring_blocks, minimum=2, maximum=1 << 16),
         stats_interval_s=section.number("stats_interval_s", d.stats_interval_s, minimum=0.1),
+        checksums=_checksums(section, d.checksums),
     )
+
+
+def _checksums(section: _Section, default: ChecksumPolicy) -> ChecksumPolicy:
+    value = section.string("checksums", default.value)
+    try:
+        return ChecksumPolicy(value)
+    except ValueError:
+        known = ", ".join(repr(policy.value) for policy in ChecksumPolicy)
+        raise section.error("checksums", f"expected one of {known}, got {value!r}") from None
 
 
 def _reassembly(section: _Section) -> ReassemblyConfig:

@@ -84,6 +84,7 @@ class CapturePipeline:
 
     def __init__(self, config: CollectorConfig, sink: RecordSink) -> None:
         self._sink = sink
+        self._checksums = config.capture.checksums
         self._counts = _Counts()
         self._http_limits = config.http.limits()
         self._dialects = DialectRegistry(config.http.dialects)
@@ -109,7 +110,7 @@ class CapturePipeline:
         try:
             decoder = counts.decoders.get(linktype)
             if decoder is None:
-                decoder = counts.decoders[linktype] = FrameDecoder(linktype)
+                decoder = counts.decoders[linktype] = FrameDecoder(linktype, self._checksums)
             segment = decoder.decode(ts_ns, data, vlans)
             if segment is not None:
                 self.reassembler.receive(segment)

@@ -1,6 +1,6 @@
 """Building an `InferenceRecord` from a captured exchange.
 
-The record's quality is the first that applies of: midstream, request_gap,
+The record's quality is the first that applies of: ambiguous, midstream, request_gap,
 response_gap, parse_error, truncated, complete; `quality_reason` lists every
 problem found ("request: ...; response: ...; exchange: ..."). A dialect that
 cannot read a body adds a parse_error only when the body itself was captured
@@ -34,6 +34,7 @@ from collector.http.messages import (
     ResponseMessage,
 )
 from collector.record_bounds import RECORD_BYTES, STORED_SSE_EVENTS, skeleton, stored_body
+from collector.tcp_reassembly import CLIENT_TO_SERVER
 
 logger = logging.getLogger(__name__)
 
@@ -42,6 +43,7 @@ SECRET_HEADERS = frozenset(
     {"authorization", "proxy-authorization", "cookie", "set-cookie", "x-api-key", "api-key"}
 )
 _PRECEDENCE = (
+    Q.CAPTURE_QUALITY_AMBIGUOUS,
     Q.CAPTURE_QUALITY_MIDSTREAM,
     Q.CAPTURE_QUALITY_REQUEST_GAP,
     Q.CAPTURE_QUALITY_RESPONSE_GAP,
@@ -125,6 +127,7 @@ class RecordBuilder:
                 (_RESPONSE_QUALITY[p.kind], f"response: {p.reason}") for p in response.problems
             ]
         found += [(_EXCHANGE_QUALITY[p.kind], f"exchange: {p.reason}") for p in exchange.problems]
+        found += _ambiguities(record.ambiguities, request, response)
         record.quality = _quality([q for q, _ in found])
         record.quality_reason = "; ".join(reason for _, reason in found)
         if record.ByteSize() > RECORD_BYTES:
@@ -132,6 +135,31 @@ class RecordBuilder:
         self.stats.records += 1
         self.stats.by_quality[quality_name(record.quality)] += 1
         return record
+
+
+def _ambiguities(
+    into: RepeatedCompositeFieldContainer[record_pb2.StreamAmbiguity],
+    request: RequestMessage | None,
+    response: ResponseMessage | None,
+) -> list[tuple[int, str]]:
+    """Each byte range of the exchange seen in more than one version, with its hashes."""
+    found: list[tuple[int, str]] = []
+    for side, message in (("request", request), ("response", response)):
+        for ambiguity in message.ambiguities if message is not None else ():
+            into.add(
+                from_client=ambiguity.direction == CLIENT_TO_SERVER,
+                stream_offset=ambiguity.start,
+                length=ambiguity.end - ambiguity.start,
+                variant_sha256=ambiguity.variants,
+            )
+            found.append(
+                (
+                    Q.CAPTURE_QUALITY_AMBIGUOUS,
+                    f"{side}: stream bytes {ambiguity.start}..{ambiguity.end} arrived in "
+                    f"{len(ambiguity.variants)} versions",
+                )
+            )
+    return found
 
 
 def _quality(found: list[int]) -> record_pb2.CaptureQuality.ValueType:

@@ -1,38 +1,95 @@
 """TCP stream reassembly for a passive observer, sans-IO.
 
 Segments go in (`Reassembler.receive`), ordered byte streams come out through a
-`StreamHandler` per flow: `on_start`, `on_data`, `on_gap`, `on_end`, `on_close`.
-The reassembler never sees a socket; time is the capture time of the segments.
+`StreamHandler` per flow: `on_start`, `on_data`, `on_gap`, `on_ambiguous`,
+`on_end`, `on_close`. The reassembler never sees a socket; time is the capture
+time of the segments.
 
-Policies (a tap cannot ask for a retransmission, so it must decide):
+The prover controls every byte the tap sees, so every policy below answers one
+question: which bytes did the client's TCP stack accept? (Ptacek & Newsham's
+insertion and evasion attacks; the choices follow Linux, the usual client, and
+the stream engines of Suricata and Zeek.) What the decoder already refused
+(bad checksums, IP lengths past the frame: `collector.capture.decode`) never
+gets here.
 
 - **Sequence space.** Each direction's stream position is a 64-bit offset from
   its first byte; 32-bit sequence numbers are unwrapped against the next
   expected position, so streams longer than 4 GiB and ISNs near 2**32 work.
-- **Overlaps: first copy wins.** Bytes already delivered or already buffered
-  are never replaced. Retransmitted bytes are compared with the recently
-  delivered tail (`overlap_check_bytes`) and with buffered copies; a mismatch
-  increments `ReassemblyStats.overlap_conflicts`.
-- **Holes become explicit gaps.** Out-of-order data is buffered. A hole that
-  does not fill is declared lost when the direction buffers more than
-  `window_bytes` beyond it, when it is older than `gap_timeout_ns` of capture
-  time, when all buffers together exceed `max_buffered_bytes` (the direction
-  buffering most is flushed; `memory_cap_hits` counts it), or when the flow
-  ends. The handler then gets `on_gap(length)` and the stream goes on after it.
+- **TTL / hop limit.** A direction's value is established by its first
+  segment (its SYN when seen). A later segment of that direction carrying
+  another value is counted (`ttl_departures`) and ignored whole, payload,
+  flags and all: a copy that expires before the client, or that came from
+  elsewhere, never decides a stream's bytes. (A route change in the middle of
+  a connection therefore ends in gaps: loss is visible, a wrong `complete` is not.)
+- **Conflicting overlaps are ambiguous.** A copy of bytes the stream already
+  holds is compared with it: with the recently delivered tail
+  (`overlap_check_bytes`; older bytes are past any client's retransmission
+  window) and with buffered out-of-order copies. The copy that reaches the
+  stream's next position first is delivered (for the same start, the one
+  captured first); every buffered copy it overlaps is compared *before* the
+  bytes are delivered, so the handler hears `on_ambiguous` ahead of the
+  `on_data` that carries them, and a later retransmission that differs from
+  delivered bytes is reported as soon as it arrives. Either way the handler
+  gets a `StreamAmbiguity` with the SHA-256 of both versions (the delivered
+  one first) and `overlap_conflicts` counts it. Identical copies are only
+  counted (`retransmitted_bytes`); an exact duplicate of a buffered segment
+  is not buffered twice.
+- **Holes become explicit gaps.** Out-of-order data is buffered in a heap
+  (O(log n) per segment). A hole that does not fill is declared lost when the
+  direction buffers more than `window_bytes` beyond it, when it is older than
+  `gap_timeout_ns` of capture time (60 s by default: longer than TCP's
+  retransmission backoff, so a segment that arrives seconds late is not a
+  gap), when all buffers together exceed `max_buffered_bytes` (the direction
+  buffering most is flushed until the total is back under 7/8 of the cap;
+  `memory_cap_hits` counts it), or when the flow ends. Buffered bytes are
+  counted with `SEGMENT_OVERHEAD` per segment, what a segment costs in Python
+  beyond its payload. The handler then gets `on_gap(length)` and the stream
+  goes on after it. Payload that starts more than `window_bytes` past the
+  next expected byte is outside any receive window: counted
+  (`out_of_window_segments`) and ignored.
 - **Midstream pickup.** A direction whose SYN was not seen starts at the first
   byte seen (its handshake peer's ACK is used when available); `on_start`
   tells the handler whether the stream start is known.
-- **Checksums are not validated** (offload leaves them unfilled on egress copies).
-- **Ends.** FIN ends a direction once every byte before it was delivered or
-  declared lost; RST, idle timeout (`idle_timeout_ns`), eviction (`max_flows`)
+- **RST** (RFC 5961 §3, as Linux applies it) ends the flow only when its
+  sequence number is exactly where the sender's stream stands: the next
+  expected byte, the highest byte seen, or just past an acknowledged FIN; a
+  RST from a side that has sent nothing must acknowledge what its peer sent
+  (the answer to a SYN). Any other RST is counted (`ignored_resets`) and
+  ignored: Linux answers it with a challenge ACK and keeps the connection.
+  The tap checks exact positions, not a window: it may have missed bytes,
+  but a RST it cannot place is one it cannot trust.
+- **FIN** ends a direction once every byte before it was delivered or
+  declared lost *and the peer acknowledged it* (an ACK at or past the FIN):
+  a forged FIN the client never received must not complete a close-delimited
+  answer. A FIN before the next expected byte (inside bytes already
+  delivered) or more than `window_bytes` ahead is counted (`ignored_fins`)
+  and ignored. Bytes that arrive past a FIN not yet acknowledged make the
+  end ambiguous (`on_ambiguous` over those bytes, the stream ending there
+  being the first version) and the FIN is dropped; bytes past an
+  acknowledged FIN are counted (`data_after_fin`) and ignored, as a closed
+  receiver ignores them. A flow that ends any other way (RST, idle timeout,
+  eviction, `flush()`) ends its directions with that reason, so a
+  close-delimited body whose FIN was never acknowledged is truncated.
+- **SYN.** A SYN (or SYN-ACK) with another initial sequence number on an open
+  flow is counted (`ignored_syns`) and ignored (RFC 5961 §4), unless the
+  sender's direction already ended or the flow was quiet for
+  `closed_linger_ns`: then it is a new connection on a reused port.
+- **Ends.** RST, idle timeout (`idle_timeout_ns`), eviction (`max_flows`)
   and `flush()` end the flow. Segments of a recently closed flow (other than a
   new SYN) are counted as `late_segments` and ignored for `closed_linger_ns`.
+
+What the tap cannot see: a prover that forges the *client's* packets too
+(ACKs, FINs, RSTs toward the server) is indistinguishable from the client;
+bytes that a receiver accepted although they reached the tap in another
+order than the client (reordering between tap and client) are only caught
+when their copies differ, as ambiguity.
 """
 
 from __future__ import annotations
 
-import bisect
-from collections import OrderedDict, deque
+import hashlib
+import heapq
+from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -44,6 +101,9 @@ SERVER_TO_CLIENT = 1
 _MASK = 0xFFFFFFFF
 _CONTROL = TCP_SYN | TCP_FIN | TCP_RST
 _HALF = 0x80000000
+#: Python memory of one buffered segment beyond its payload (heap entry tuple, bytes
+#: header, ints, heap and index slots): what a 1-byte segment costs.
+SEGMENT_OVERHEAD = 176
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +119,23 @@ class FlowInfo:
     first_ts_ns: int
 
 
+@dataclass(frozen=True, slots=True)
+class StreamAmbiguity:
+    """Bytes [start, end) of one direction's stream were seen in more than one version.
+
+    Offsets count from the direction's first byte, as the handler counts what
+    `on_data` and `on_gap` gave it. `variants` are SHA-256 digests, the
+    version the stream delivers (or delivered) first; when a FIN and bytes
+    past it contradict each other, the stream goes on with the bytes and the
+    empty stream end is the second version.
+    """
+
+    direction: int
+    start: int
+    end: int
+    variants: tuple[bytes, ...]
+
+
 class StreamHandler(Protocol):
     """Receives the reassembled byte streams of one flow."""
 
@@ -67,6 +144,8 @@ class StreamHandler(Protocol):
     def on_data(self, direction: int, data: bytes, ts_ns: int) -> None: ...
 
     def on_gap(self, direction: int, length: int, ts_ns: int) -> None: ...
+
+    def on_ambiguous(self, ambiguity: StreamAmbiguity, ts_ns: int) -> None: ...
 
     def on_end(self, direction: int, reason: str, ts_ns: int) -> None: ...
 
@@ -80,7 +159,7 @@ HandlerFactory = Callable[[FlowInfo], StreamHandler]
 class ReassemblyLimits:
     """Windows, timeouts and memory caps (times in capture-clock nanoseconds)."""
 
-    gap_timeout_ns: int = 2_000_000_000
+    gap_timeout_ns: int = 60_000_000_000
     window_bytes: int = 8 * 1024 * 1024
     max_buffered_bytes: int = 512 * 1024 * 1024
     idle_timeout_ns: int = 300_000_000_000
@@ -101,8 +180,15 @@ class ReassemblyStats:
     ignored_segments: int = 0
     late_segments: int = 0
     out_of_order_segments: int = 0
+    out_of_window_segments: int = 0
     retransmitted_bytes: int = 0
     overlap_conflicts: int = 0
+    ambiguous_bytes: int = 0
+    ttl_departures: int = 0
+    ignored_resets: int = 0
+    ignored_fins: int = 0
+    ignored_syns: int = 0
+    data_after_fin: int = 0
     gaps: int = 0
     gap_bytes: int = 0
     window_gaps: int = 0
@@ -111,8 +197,13 @@ class ReassemblyStats:
     flows_evicted: int = 0
     idle_closed: int = 0
     resets: int = 0
+    #: Buffered out-of-order bytes of all flows, `SEGMENT_OVERHEAD` per segment included.
     buffered_bytes: int = 0
     close_reasons: dict[str, int] = field(default_factory=dict)
+
+
+# A buffered segment: (stream position, arrival order, payload, capture time).
+_Entry = tuple[int, int, bytes, int]
 
 
 class _Half:
@@ -120,30 +211,45 @@ class _Half:
 
     __slots__ = (
         "base",
+        "direction",
         "ended",
+        "fin_acked",
         "fin_at",
+        "fin_contested",
+        "first_at",
+        "heap",
+        "high",
         "hole_since",
         "midstream",
         "next",
-        "pending",
         "pending_bytes",
-        "recent",
-        "recent_bytes",
         "syn",
+        "tail",
+        "tail_start",
+        "ttl",
     )
 
-    def __init__(self) -> None:
+    def __init__(self, direction: int) -> None:
+        self.direction = direction
         self.base: int | None = None
         self.syn = False
         self.midstream = False
+        self.ttl: int | None = None
         self.next = 0
-        self.pending: dict[int, tuple[bytes, int]] = {}
+        # The highest stream position any segment of this direction reached.
+        self.high = 0
+        self.heap: list[_Entry] = []
+        # The payload first buffered at each start position (exact duplicates stop here).
+        self.first_at: dict[int, bytes] = {}
         self.pending_bytes = 0
         self.fin_at: int | None = None
+        self.fin_acked = False
+        self.fin_contested = False
         self.ended = False
         self.hole_since: int | None = None
-        self.recent: deque[tuple[int, bytes]] = deque()
-        self.recent_bytes = 0
+        # The last delivered bytes, from stream position `tail_start` up to `next`.
+        self.tail = bytearray()
+        self.tail_start = 0
 
 
 FlowKey = tuple[bytes, bytes, int, int, tuple[int, ...]]
@@ -154,12 +260,12 @@ class _Flow:
         "client_ip",
         "client_port",
         "established",
+        "fin_seen",
         "halves",
         "handler",
         "info",
         "keys",
         "last_ts",
-        "starts",
     )
 
     def __init__(self, info: FlowInfo, handler: StreamHandler, keys: tuple[FlowKey, FlowKey]):
@@ -167,14 +273,39 @@ class _Flow:
         self.last_ts = info.first_ts_ns
         # Both directions' first sequence numbers are known (no more learning from ACKs).
         self.established = False
+        # A FIN was seen: pure ACKs may acknowledge it, so they leave the fast path.
+        self.fin_seen = False
         self.client_ip = info.client_ip
         self.client_port = info.client_port
         self.handler = handler
-        self.halves = (_Half(), _Half())
-        # Sorted start positions of each half's buffered segments.
-        self.starts: tuple[list[int], list[int]] = ([], [])
+        self.halves = (_Half(CLIENT_TO_SERVER), _Half(SERVER_TO_CLIENT))
         # (client-to-server key, server-to-client key)
         self.keys = keys
+
+
+def _digest(data: bytes | bytearray) -> bytes:
+    return hashlib.sha256(data).digest()
+
+
+def _buffered_range(heap: list[_Entry], lo: int, hi: int) -> bytes:
+    """The buffered bytes in [lo, hi), the first copy of each, holes left out."""
+    out = bytearray()
+    cursor = lo
+    for start, _, data, _ in sorted(heap):
+        stop = min(hi, start + len(data))
+        if stop <= cursor:
+            continue
+        if start >= hi:
+            break
+        out += data[max(cursor, start) - start : stop - start]
+        cursor = stop
+    return bytes(out)
+
+
+def _unwrap(seq: int, base: int, near: int) -> int:
+    """The stream position of sequence number `seq`, the one closest to position `near`."""
+    rel = (seq - base) & _MASK
+    return near + ((rel - (near & _MASK) + _HALF) & _MASK) - _HALF
 
 
 class Reassembler:
@@ -191,6 +322,7 @@ class Reassembler:
         self._holes: set[tuple[_Flow, int]] = set()
         self._now = 0
         self._next_sweep = 0
+        self._arrivals = 0
         self._sweep_every = max(1, min(self.limits.gap_timeout_ns // 4, 250_000_000))
 
     @property
@@ -209,15 +341,23 @@ class Reassembler:
         key = (seg.src, seg.dst, seg.sport, seg.dport, seg.vlans)
         flow = self._flows.get(key)
         flags = seg.flags
-        if flow is not None and flow.established and not seg.payload and not flags & _CONTROL:
+        if (
+            flow is not None
+            and flow.established
+            and not seg.payload
+            and not flags & _CONTROL
+            and not flow.fin_seen
+        ):
             # A pure ACK of a flow past its handshake: only the flow's activity changes.
             self._lru.move_to_end(flow.keys[0])
             flow.last_ts = ts
             if ts >= self._next_sweep:
                 self.advance(ts)
             return
-        if flow is not None and flags & TCP_SYN and not flags & TCP_ACK:
-            flow = self._maybe_reused(flow, seg)
+        if flow is not None and flags & TCP_SYN:
+            flow = self._syn_on_open_flow(flow, seg)
+            if flow is None and key in self._flows:
+                return
         if flow is None:
             if key in self._closed and not (flags & TCP_SYN and not flags & TCP_ACK):
                 stats.late_segments += 1
@@ -226,18 +366,25 @@ class Reassembler:
                 stats.ignored_segments += 1
                 return
             flow = self._open(seg, key)
-        else:
-            self._lru.move_to_end(flow.keys[0])
-        flow.last_ts = ts
         if seg.sport == flow.client_port and seg.src == flow.client_ip:
             direction = CLIENT_TO_SERVER
         else:
             direction = SERVER_TO_CLIENT
-        if flags & TCP_RST:
-            stats.resets += 1
-            self._close(flow, "rst", ts)
-            return
         half = flow.halves[direction]
+        if half.ttl is None:
+            half.ttl = seg.ttl
+        elif seg.ttl != half.ttl:
+            stats.ttl_departures += 1
+            return
+        self._lru.move_to_end(flow.keys[0])
+        flow.last_ts = ts
+        if flags & TCP_RST:
+            if self._rst_acceptable(flow, direction, seg):
+                stats.resets += 1
+                self._close(flow, "rst", ts)
+            else:
+                stats.ignored_resets += 1
+            return
         seq = seg.seq
         if flags & TCP_SYN:
             if half.base is None:
@@ -254,36 +401,16 @@ class Reassembler:
             flow.handler.on_start(direction, True, ts)
         elif flags & TCP_ACK and half.syn and half.next == 0:
             self._learn_peer_base(flow, direction, seg.ack, ts)
-        next_pos = half.next
-        rel = (seq - half.base) & _MASK
-        pos = next_pos + ((rel - (next_pos & _MASK) + _HALF) & _MASK) - _HALF
-        payload = seg.payload
-        if payload:
-            end = pos + len(payload)
-            if end <= next_pos:
-                stats.retransmitted_bytes += len(payload)
-                self._check_delivered(half, pos, payload)
-            elif pos <= next_pos:
-                if pos < next_pos:
-                    stats.retransmitted_bytes += next_pos - pos
-                    self._check_delivered(half, pos, payload[: next_pos - pos])
-                    payload = payload[next_pos - pos :]
-                self._deliver(flow, direction, half, payload, ts)
-                if flow.starts[direction]:
-                    self._drain(flow, direction, half)
-            else:
-                stats.out_of_order_segments += 1
-                self._buffer(flow, direction, pos, payload, ts)
         if not flow.established and flow.halves[1 - direction].base is not None:
             flow.established = True
-        if flags & TCP_FIN and half.fin_at is None:
-            half.fin_at = pos + len(seg.payload)
-        if half.fin_at is not None:
-            if half.next >= half.fin_at:
-                self._end_half(flow, direction, half, "fin", ts)
-            elif half.hole_since is None:
-                half.hole_since = ts
-                self._holes.add((flow, direction))
+        base = half.base
+        pos = _unwrap(seq, base, half.next)
+        if seg.payload:
+            self._payload(flow, half, pos, seg.payload, ts)
+        if flags & TCP_FIN:
+            self._fin(flow, half, pos + len(seg.payload), ts)
+        if flags & TCP_ACK and flow.fin_seen:
+            self._ack(flow, direction, seg.ack, ts)
         if ts >= self._next_sweep:
             self.advance(ts)
 
@@ -299,7 +426,7 @@ class Reassembler:
             half = flow.halves[direction]
             if half.hole_since is not None and now - half.hole_since >= limits.gap_timeout_ns:
                 self.stats.timeout_gaps += 1
-                self._declare_gap(flow, direction, half, now)
+                self._declare_gap(flow, half, now)
         idle_before = now - limits.idle_timeout_ns
         while self._lru:
             flow = next(iter(self._lru.values()))
@@ -319,7 +446,7 @@ class Reassembler:
         for flow in list(self._lru.values()):
             self._close(flow, reason, self._now)
 
-    # -- internals ---------------------------------------------------------
+    # -- internals: flows ----------------------------------------------------
 
     def _open(self, seg: TcpSegment, key: FlowKey) -> _Flow:
         stats = self.stats
@@ -334,26 +461,11 @@ class Reassembler:
             sender_is_client = seg.dport in ports
         else:
             sender_is_client = seg.dport < seg.sport
+        version = 4 if len(seg.src) == 4 else 6
         if sender_is_client:
-            info = FlowInfo(
-                4 if len(seg.src) == 4 else 6,
-                seg.src,
-                seg.sport,
-                seg.dst,
-                seg.dport,
-                seg.vlans,
-                seg.ts_ns,
-            )
+            info = FlowInfo(version, seg.src, seg.sport, seg.dst, seg.dport, seg.vlans, seg.ts_ns)
         else:
-            info = FlowInfo(
-                4 if len(seg.src) == 4 else 6,
-                seg.dst,
-                seg.dport,
-                seg.src,
-                seg.sport,
-                seg.vlans,
-                seg.ts_ns,
-            )
+            info = FlowInfo(version, seg.dst, seg.dport, seg.src, seg.sport, seg.vlans, seg.ts_ns)
         reverse: FlowKey = (seg.dst, seg.src, seg.dport, seg.sport, seg.vlans)
         client_key = key if sender_is_client else reverse
         flow = _Flow(info, self._factory(info), (client_key, reverse if sender_is_client else key))
@@ -365,13 +477,18 @@ class Reassembler:
         stats.flows_opened += 1
         return flow
 
-    def _maybe_reused(self, flow: _Flow, seg: TcpSegment) -> _Flow | None:
-        """A new SYN on a known 4-tuple: the same connection, or a new one (port reuse)."""
+    def _syn_on_open_flow(self, flow: _Flow, seg: TcpSegment) -> _Flow | None:
+        """A SYN on a known 4-tuple: this flow, a new connection (None, the flow closed),
+        or a SYN to ignore (None, the flow still open)."""
         is_client = seg.sport == flow.client_port and seg.src == flow.client_ip
         half = flow.halves[0 if is_client else 1]
-        if half.base is None or (half.syn and (seg.seq + 1) & _MASK == half.base):
+        if half.base is None or (seg.seq + 1) & _MASK == half.base:
             return flow
-        self._close(flow, "reused", seg.ts_ns)
+        quiet = seg.ts_ns - flow.last_ts >= self.limits.closed_linger_ns
+        if not seg.flags & TCP_ACK and (half.ended or quiet):
+            self._close(flow, "reused", seg.ts_ns)
+            return None
+        self.stats.ignored_syns += 1
         return None
 
     def _learn_peer_base(self, flow: _Flow, direction: int, ack: int, ts: int) -> None:
@@ -381,128 +498,249 @@ class Reassembler:
             peer.syn = True
             flow.handler.on_start(1 - direction, False, ts)
 
-    def _deliver(self, flow: _Flow, direction: int, half: _Half, data: bytes, ts: int) -> None:
-        pos = half.next
-        half.next = pos + len(data)
+    def _rst_acceptable(self, flow: _Flow, direction: int, seg: TcpSegment) -> bool:
+        half = flow.halves[direction]
+        peer = flow.halves[1 - direction]
+        if half.base is None:
+            # Nothing sent yet (a refused SYN): the RST must acknowledge what the peer sent.
+            if not seg.flags & TCP_ACK or peer.base is None:
+                return False
+            sent = peer.next + (1 if peer.fin_at is not None else 0)
+            return _unwrap(seg.ack, peer.base, peer.next) in (peer.next, sent, peer.high)
+        pos = _unwrap(seg.seq, half.base, half.next)
+        if pos in {half.next, half.high}:
+            return True
+        return half.fin_at is not None and half.fin_acked and pos == half.fin_at + 1
+
+    # -- internals: bytes --------------------------------------------------
+
+    def _payload(self, flow: _Flow, half: _Half, pos: int, payload: bytes, ts: int) -> None:
+        stats = self.stats
+        end = pos + len(payload)
+        if half.ended:
+            stats.data_after_fin += max(0, end - half.next)
+            return
+        fin_at = half.fin_at
+        if fin_at is not None and end > fin_at:
+            beyond = payload[max(0, fin_at - pos) :]
+            if half.fin_acked:
+                stats.data_after_fin += len(beyond)
+                payload = payload[: len(payload) - len(beyond)]
+                end = fin_at
+                if not payload:
+                    return
+            else:
+                # Bytes past a FIN nobody acknowledged: the client may have seen either end.
+                start = max(fin_at, pos)
+                self._ambiguous(
+                    flow,
+                    StreamAmbiguity(half.direction, start, end, (_digest(beyond), _digest(b""))),
+                    ts,
+                )
+                half.fin_at = None
+        half.high = max(half.high, end)
+        next_pos = half.next
+        if end <= next_pos:
+            stats.retransmitted_bytes += len(payload)
+            self._check_delivered(flow, half, pos, payload, ts)
+        elif pos <= next_pos:
+            if pos < next_pos:
+                stats.retransmitted_bytes += next_pos - pos
+                self._check_delivered(flow, half, pos, payload[: next_pos - pos], ts)
+                payload = payload[next_pos - pos :]
+            self._run(flow, half, payload, ts)
+            self._settle(flow, half, ts)
+        elif pos - next_pos > self.limits.window_bytes:
+            stats.out_of_window_segments += 1
+        else:
+            stats.out_of_order_segments += 1
+            self._buffer(flow, half, pos, payload, ts)
+
+    def _run(self, flow: _Flow, half: _Half, data: bytes, ts: int) -> None:
+        """Deliver `data` (it starts at `half.next`), then every buffered run that follows.
+
+        Buffered copies that overlap a run are compared with it before it is
+        delivered; their bytes past the run are put back to be the next run.
+        """
+        heap = half.heap
+        stats = self.stats
+        while True:
+            start = half.next
+            end = start + len(data)
+            while heap and heap[0][0] < end:
+                other_start, order, other, other_ts = self._pop(half)
+                stop = min(end, other_start + len(other))
+                if other_start < stop:
+                    mine = data[other_start - start : stop - start]
+                    theirs = other[: stop - other_start]
+                    stats.retransmitted_bytes += stop - other_start
+                    if mine != theirs:
+                        variants = (_digest(mine), _digest(theirs))
+                        self._ambiguous(
+                            flow, StreamAmbiguity(half.direction, other_start, stop, variants), ts
+                        )
+                if other_start + len(other) > end:
+                    self._push(half, (end, order, other[end - other_start :], other_ts))
+            self._deliver(flow, half, data, ts)
+            if not heap or heap[0][0] != half.next:
+                return
+            _, _, data, ts = self._pop(half)
+
+    def _deliver(self, flow: _Flow, half: _Half, data: bytes, ts: int) -> None:
+        half.next += len(data)
         limit = self.limits.overlap_check_bytes
         if limit:
-            recent = half.recent
-            recent.append((pos, data))
-            half.recent_bytes += len(data)
-            while half.recent_bytes - len(recent[0][1]) >= limit:
-                half.recent_bytes -= len(recent.popleft()[1])
-        flow.handler.on_data(direction, data, ts)
+            tail = half.tail
+            tail += data
+            excess = len(tail) - limit
+            if excess > limit:
+                del tail[:excess]
+                half.tail_start += excess
+        else:
+            half.tail_start = half.next
+        flow.handler.on_data(half.direction, data, ts)
 
-    def _check_delivered(self, half: _Half, pos: int, data: bytes) -> None:
-        end = pos + len(data)
-        for start, chunk in reversed(half.recent):
-            stop = start + len(chunk)
-            if stop <= pos:
-                return
-            if start >= end:
-                continue
-            lo, hi = max(pos, start), min(end, stop)
-            if chunk[lo - start : hi - start] != data[lo - pos : hi - pos]:
-                self.stats.overlap_conflicts += 1
-                return
+    def _check_delivered(self, flow: _Flow, half: _Half, pos: int, data: bytes, ts: int) -> None:
+        """Compare a copy of delivered bytes with the delivered tail (older bytes: unchecked)."""
+        lo = max(pos, half.tail_start)
+        hi = pos + len(data)
+        if lo >= hi:
+            return
+        kept = half.tail[lo - half.tail_start : hi - half.tail_start]
+        other = data[lo - pos :]
+        if kept != other:
+            variants = (_digest(kept), _digest(other))
+            self._ambiguous(flow, StreamAmbiguity(half.direction, lo, hi, variants), ts)
 
-    def _buffer(self, flow: _Flow, direction: int, pos: int, data: bytes, ts: int) -> None:
-        half = flow.halves[direction]
-        starts = flow.starts[direction]
-        pending = half.pending
-        end = pos + len(data)
-        pieces: list[tuple[int, bytes]] = []
-        cursor = pos
-        i = max(0, bisect.bisect_right(starts, pos) - 1)
-        while i < len(starts) and starts[i] < end:
-            start = starts[i]
-            chunk = pending[start][0]
-            stop = start + len(chunk)
-            i += 1
-            if stop <= cursor:
-                continue
-            if start > cursor:
-                pieces.append((cursor, data[cursor - pos : start - pos]))
-            lo, hi = max(cursor, start), min(end, stop)
-            if chunk[lo - start : hi - start] != data[lo - pos : hi - pos]:
-                self.stats.overlap_conflicts += 1
-            self.stats.retransmitted_bytes += hi - lo
-            cursor = max(cursor, stop)
-        if cursor < end:
-            pieces.append((cursor, data[cursor - pos :] if cursor > pos else data))
-        added = 0
-        for start, chunk in pieces:
-            bisect.insort(starts, start)
-            pending[start] = (chunk, ts)
-            added += len(chunk)
-        half.pending_bytes += added
-        self.stats.buffered_bytes += added
+    def _ambiguous(self, flow: _Flow, ambiguity: StreamAmbiguity, ts: int) -> None:
+        self.stats.overlap_conflicts += 1
+        self.stats.ambiguous_bytes += ambiguity.end - ambiguity.start
+        flow.handler.on_ambiguous(ambiguity, ts)
+
+    def _buffer(self, flow: _Flow, half: _Half, pos: int, data: bytes, ts: int) -> None:
+        first = half.first_at.get(pos)
+        if first is not None and len(first) >= len(data) and first.startswith(data):
+            self.stats.retransmitted_bytes += len(data)
+            return
+        self._arrivals += 1
+        self._push(half, (pos, self._arrivals, data, ts))
+        if first is None:
+            half.first_at[pos] = data
         if half.hole_since is None:
             half.hole_since = ts
-            self._holes.add((flow, direction))
-        if half.pending_bytes > self.limits.window_bytes:
+            self._holes.add((flow, half.direction))
+        limits = self.limits
+        while half.pending_bytes > limits.window_bytes and half.heap:
             self.stats.window_gaps += 1
-            self._declare_gap(flow, direction, half, ts)
-        if self.stats.buffered_bytes > self.limits.max_buffered_bytes:
+            self._declare_gap(flow, half, ts)
+        if self.stats.buffered_bytes > limits.max_buffered_bytes:
             self._relieve_memory(ts)
 
-    def _drain(self, flow: _Flow, direction: int, half: _Half) -> None:
-        starts = flow.starts[direction]
-        pending = half.pending
-        stats = self.stats
-        while starts and starts[0] <= half.next:
-            start = starts.pop(0)
-            chunk, ts = pending.pop(start)
-            half.pending_bytes -= len(chunk)
-            stats.buffered_bytes -= len(chunk)
-            skip = half.next - start
-            if skip >= len(chunk):
-                continue
-            self._deliver(flow, direction, half, chunk[skip:] if skip else chunk, ts)
-        if starts:
-            half.hole_since = pending[starts[0]][1]
-        elif half.fin_at is None or half.next >= half.fin_at:
-            half.hole_since = None
-            self._holes.discard((flow, direction))
+    def _push(self, half: _Half, entry: _Entry) -> None:
+        heapq.heappush(half.heap, entry)
+        cost = len(entry[2]) + SEGMENT_OVERHEAD
+        half.pending_bytes += cost
+        self.stats.buffered_bytes += cost
 
-    def _declare_gap(self, flow: _Flow, direction: int, half: _Half, ts: int) -> None:
-        starts = flow.starts[direction]
-        if starts:
-            target = starts[0]
+    def _pop(self, half: _Half) -> _Entry:
+        entry = heapq.heappop(half.heap)
+        cost = len(entry[2]) + SEGMENT_OVERHEAD
+        half.pending_bytes -= cost
+        self.stats.buffered_bytes -= cost
+        if half.first_at.get(entry[0]) is entry[2]:
+            del half.first_at[entry[0]]
+        return entry
+
+    def _settle(self, flow: _Flow, half: _Half, ts: int) -> None:
+        """After the stream moved: restart the hole clock, or end the direction at its FIN."""
+        if half.heap:
+            half.hole_since = half.heap[0][3]
+            self._holes.add((flow, half.direction))
+        elif half.fin_at is not None and half.next < half.fin_at:
+            if half.hole_since is None:
+                half.hole_since = ts
+            self._holes.add((flow, half.direction))
+        else:
+            half.hole_since = None
+            self._holes.discard((flow, half.direction))
+        if half.fin_acked and half.fin_at is not None and half.next >= half.fin_at:
+            self._end_half(flow, half, "fin", ts)
+
+    def _declare_gap(self, flow: _Flow, half: _Half, ts: int) -> None:
+        if half.heap:
+            target = half.heap[0][0]
         elif half.fin_at is not None and half.fin_at > half.next:
             target = half.fin_at
         else:
             half.hole_since = None
-            self._holes.discard((flow, direction))
+            self._holes.discard((flow, half.direction))
             return
         length = target - half.next
         self.stats.gaps += 1
         self.stats.gap_bytes += length
         half.next = target
-        half.recent.clear()
-        half.recent_bytes = 0
-        flow.handler.on_gap(direction, length, ts)
-        self._drain(flow, direction, half)
-        if half.fin_at is not None and half.next >= half.fin_at:
-            self._end_half(flow, direction, half, "fin", ts)
+        half.tail.clear()
+        half.tail_start = target
+        flow.handler.on_gap(half.direction, length, ts)
+        if half.heap and half.heap[0][0] == half.next:
+            _, _, data, data_ts = self._pop(half)
+            self._run(flow, half, data, data_ts)
+        self._settle(flow, half, ts)
 
     def _relieve_memory(self, ts: int) -> None:
         stats = self.stats
-        while stats.buffered_bytes > self.limits.max_buffered_bytes and self._holes:
+        target = self.limits.max_buffered_bytes * 7 // 8
+        while stats.buffered_bytes > target and self._holes:
             flow, direction = max(self._holes, key=lambda h: h[0].halves[h[1]].pending_bytes)
             half = flow.halves[direction]
-            if not half.pending_bytes:
+            if not half.heap:
                 break
             stats.memory_cap_hits += 1
-            self._declare_gap(flow, direction, half, ts)
+            self._declare_gap(flow, half, ts)
 
-    def _end_half(self, flow: _Flow, direction: int, half: _Half, reason: str, ts: int) -> None:
+    # -- internals: ends ---------------------------------------------------
+
+    def _fin(self, flow: _Flow, half: _Half, fin_pos: int, ts: int) -> None:
+        if half.ended or half.fin_at == fin_pos:
+            return
+        if (
+            half.fin_at is not None
+            or fin_pos < half.next
+            or fin_pos - half.next > self.limits.window_bytes
+        ):
+            self.stats.ignored_fins += 1
+            return
+        if fin_pos < half.high:
+            # Bytes past this FIN are buffered already: the client may have stopped here.
+            self.stats.ignored_fins += 1
+            if not half.fin_contested:
+                half.fin_contested = True
+                beyond = _buffered_range(half.heap, fin_pos, half.high)
+                variants = (_digest(beyond), _digest(b""))
+                self._ambiguous(
+                    flow, StreamAmbiguity(half.direction, fin_pos, half.high, variants), ts
+                )
+            return
+        half.fin_at = fin_pos
+        flow.fin_seen = True
+        self._settle(flow, half, ts)
+
+    def _ack(self, flow: _Flow, direction: int, ack: int, ts: int) -> None:
+        """An acknowledgement from `direction`: it may confirm its peer's FIN."""
+        peer = flow.halves[1 - direction]
+        if peer.fin_at is None or peer.fin_acked or peer.ended or peer.base is None:
+            return
+        if _unwrap(ack, peer.base, peer.fin_at) > peer.fin_at:
+            peer.fin_acked = True
+            self._settle(flow, peer, ts)
+
+    def _end_half(self, flow: _Flow, half: _Half, reason: str, ts: int) -> None:
         if half.ended:
             return
         half.ended = True
-        self._holes.discard((flow, direction))
-        flow.handler.on_end(direction, reason, ts)
-        other = flow.halves[1 - direction]
+        self._holes.discard((flow, half.direction))
+        flow.handler.on_end(half.direction, reason, ts)
+        other = flow.halves[1 - half.direction]
         if other.ended:
             self._close(flow, reason, ts)
 
@@ -515,12 +753,11 @@ class Reassembler:
             self._closed[key] = ts
         for direction in (CLIENT_TO_SERVER, SERVER_TO_CLIENT):
             half = flow.halves[direction]
-            while flow.starts[direction] or (
-                half.fin_at is not None and half.fin_at > half.next and not half.ended
+            while not half.ended and (
+                half.heap
+                or (half.fin_acked and half.fin_at is not None and half.fin_at > half.next)
             ):
-                self._declare_gap(flow, direction, half, ts)
-                if half.ended:
-                    break
+                self._declare_gap(flow, half, ts)
             self._holes.discard((flow, direction))
         for direction in (CLIENT_TO_SERVER, SERVER_TO_CLIENT):
             half = flow.halves[direction]

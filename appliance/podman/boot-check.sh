@@ -80,6 +80,7 @@ cat >/etc/veritap/collector.toml <<'TOML'
 origin = "boot-check.example/tap"
 [capture]
 interface = "lo"
+checksums = "ignore"
 filter = "tcp port 8000"
 [log]
 path = "/var/lib/veritap/collector/log"

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import TypeVar
 
 from collector.http.messages import Exchange, Problem, ProblemKind, RequestMessage, ResponseMessage
 from collector.http.reader import (
@@ -24,7 +25,9 @@ from collector.http.reader import (
     ResponseListener,
     ResponseReader,
 )
-from collector.tcp_reassembly import CLIENT_TO_SERVER, FlowInfo
+from collector.tcp_reassembly import CLIENT_TO_SERVER, SERVER_TO_CLIENT, FlowInfo, StreamAmbiguity
+
+_Message = TypeVar("_Message", RequestMessage, ResponseMessage)
 
 # Whether an exchange for (method, target) is recorded.
 PathFilter = Callable[[str, str], bool]
@@ -79,6 +82,8 @@ class Connection(RequestListener, ResponseListener):
         self._waiting: deque[ResponseMessage] = deque()
         self._client_midstream = False
         self._first_request_ts: int | None = None
+        # Ambiguous byte ranges per direction, for the next message that direction finishes.
+        self._ambiguous: tuple[list[StreamAmbiguity], list[StreamAmbiguity]] = ([], [])
         stats.connections += 1
 
     # -- StreamHandler -----------------------------------------------------
@@ -101,6 +106,9 @@ class Connection(RequestListener, ResponseListener):
             self.client.gap(length, ts_ns)
         else:
             self.server.gap(length, ts_ns)
+
+    def on_ambiguous(self, ambiguity: StreamAmbiguity, ts_ns: int) -> None:
+        self._ambiguous[ambiguity.direction].append(ambiguity)
 
     def on_end(self, direction: int, reason: str, ts_ns: int) -> None:
         if direction == CLIENT_TO_SERVER:
@@ -150,6 +158,7 @@ class Connection(RequestListener, ResponseListener):
 
     def request_done(self, message: RequestMessage) -> None:
         self._stats.requests += 1
+        message = self._with_ambiguities(CLIENT_TO_SERVER, message)
         self._slots[-1].request = message
         self._flush()
 
@@ -164,11 +173,27 @@ class Connection(RequestListener, ResponseListener):
             self._stats.informational += 1
             return
         self._stats.responses += 1
+        message = self._with_ambiguities(SERVER_TO_CLIENT, message)
         if self.server.upgraded:
             self._stats.upgraded += 1
             self.client.upgrade()
         self._waiting.append(message)
         self._pair()
+
+    def _with_ambiguities(self, direction: int, message: _Message) -> _Message:
+        """`message` with the ambiguous ranges its direction reported since the last one.
+
+        The reassembler reports a range before delivering its bytes, or as soon as a
+        differing copy of delivered bytes arrives; either way the message in progress,
+        or the next one, holds them. (A copy that differs from a message already
+        finished marks the next message instead: conservative, never `complete`.)
+        """
+        pending = self._ambiguous[direction]
+        if not pending:
+            return message
+        found = tuple(pending)
+        pending.clear()
+        return replace(message, ambiguities=message.ambiguities + found)
 
     # -- pairing -----------------------------------------------------------
 

@@ -6,7 +6,7 @@ import enum
 from dataclasses import dataclass
 
 from collector.http.sse import SseEvent
-from collector.tcp_reassembly import FlowInfo
+from collector.tcp_reassembly import FlowInfo, StreamAmbiguity
 
 Headers = tuple[tuple[str, str], ...]
 
@@ -51,6 +51,8 @@ class RequestMessage:
     last_byte_ns: int
     gaps: tuple[BodyGap, ...]
     problems: tuple[Problem, ...]
+    #: Byte ranges of this message's stream seen in more than one version (see `exchange`).
+    ambiguities: tuple[StreamAmbiguity, ...] = ()
 
     def header(self, name: str) -> str | None:
         """The first header called `name` (case-insensitive)."""
@@ -74,6 +76,7 @@ class ResponseMessage:
     problems: tuple[Problem, ...]
     sse_events: tuple[SseEvent, ...]
     is_sse: bool
+    ambiguities: tuple[StreamAmbiguity, ...] = ()
 
     def header(self, name: str) -> str | None:
         lowered = name.lower()

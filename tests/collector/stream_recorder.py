@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from collector.tcp_reassembly import FlowInfo
+from collector.tcp_reassembly import FlowInfo, StreamAmbiguity
 
 
 @dataclass
@@ -13,6 +13,7 @@ class StreamRecorder:
     events: list[tuple[object, ...]] = field(default_factory=list)
     data: list[bytearray] = field(default_factory=lambda: [bytearray(), bytearray()])
     closed: str | None = None
+    ambiguities: list[StreamAmbiguity] = field(default_factory=list)
 
     def on_start(self, direction: int, midstream: bool, ts_ns: int) -> None:
         self.events.append(("start", direction, midstream))
@@ -23,6 +24,10 @@ class StreamRecorder:
 
     def on_gap(self, direction: int, length: int, ts_ns: int) -> None:
         self.events.append(("gap", direction, length))
+
+    def on_ambiguous(self, ambiguity: StreamAmbiguity, ts_ns: int) -> None:
+        self.ambiguities.append(ambiguity)
+        self.events.append(("ambiguous", ambiguity.direction, ambiguity.start, ambiguity.end))
 
     def on_end(self, direction: int, reason: str, ts_ns: int) -> None:
         self.events.append(("end", direction, reason))

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 from veritap.toml_section import ConfigError
 
+from collector.capture.decode import ChecksumPolicy
 from collector.config import CollectorConfig, load_config
 
 
@@ -23,7 +24,8 @@ def test_every_setting_has_a_working_default(tmp_path: Path) -> None:
     assert config.http.dialects == ("openai-chat", "openai-completions")
     assert config.origin.endswith("/veritap")
     limits = config.reassembly.limits(config.capture.server_ports)
-    assert limits.gap_timeout_ns == 2_000_000_000 and limits.server_ports == frozenset({8000})
+    assert limits.gap_timeout_ns == 60_000_000_000 and limits.server_ports == frozenset({8000})
+    assert config.capture.checksums is ChecksumPolicy.VERIFY
     assert load_config(None).log == config.log
 
 
@@ -33,6 +35,7 @@ def test_values_and_relative_paths(tmp_path: Path) -> None:
             tmp_path,
             '[collector]\norigin = "edge-1.example/veritap"\n'
             '[capture]\ninterface = "eth1"\nserver_ports = [8000, 8001]\npromiscuous = false\n'
+            'checksums = "ignore"\n'
             "[reassembly]\ngap_timeout_s = 0.5\n"
             '[http]\ndialects = ["openai-chat"]\n'
             '[log]\npath = "log"\nkey = "/k/collector.key"\nbatch_records = 64\n'
@@ -42,6 +45,7 @@ def test_values_and_relative_paths(tmp_path: Path) -> None:
     assert config.origin == "edge-1.example/veritap"
     assert (config.capture.interface, config.capture.server_ports) == ("eth1", (8000, 8001))
     assert config.capture.promiscuous is False
+    assert config.capture.checksums is ChecksumPolicy.IGNORE
     assert config.reassembly.gap_timeout_s == 0.5
     assert config.http.dialects == ("openai-chat",)
     assert config.log.path == tmp_path / "log" and config.log.key == Path("/k/collector.key")
@@ -55,6 +59,8 @@ def test_values_and_relative_paths(tmp_path: Path) -> None:
         ("[capture]\npromiscuous = 'yes'\n", "capture.promiscuous"),
         ("[capture]\nserver_ports = [0]\n", "capture.server_ports"),
         ("[capture]\nsnaplen = 10\n", "capture.snaplen"),
+        ("[capture]\nchecksums = 'off'\n", "capture.checksums"),
+        ("[capture]\nchecksums = false\n", "capture.checksums"),
         ("[reassembly]\nwindow_bytes = 'big'\n", "reassembly.window_bytes"),
         ("[http]\ndialects = ['anthropic']\n", "http.dialects"),
         ("[log]\nbatch_records = 0\n", "log.batch_records"),

@@ -74,6 +74,7 @@ def test_every_metric_is_served_with_its_type() -> None:
         "truncated": 0,
         "midstream": 0,
         "parse_error": 0,
+        "ambiguous": 0,
     }
     assert families[f"{p}log_head_seq"].samples[0].value == 42
     assert families[f"{p}log_head_timestamp_seconds"].samples[0].value == 2 * 10**9

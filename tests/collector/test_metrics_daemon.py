@@ -89,7 +89,7 @@ def test_collector_run_counts_packets_and_records_on_metrics(tmp_path: Path) -> 
     config = tmp_path / "collector.toml"
     config.write_text(
         '[collector]\norigin = "metrics.test/collector"\n'
-        f'[capture]\ninterface = "lo"\nfilter = "tcp port {api_port}"\n'
+        f'[capture]\ninterface = "lo"\nfilter = "tcp port {api_port}"\nchecksums = "ignore"\n'
         f"server_ports = [{api_port}]\nring_blocks = 8\nstats_interval_s = 0.2\n"
         '[log]\npath = "log"\nkey = "collector.key"\nbatch_delay_s = 0.01\n'
         '[ledger]\nlisten = "127.0.0.1:0"\n'

@@ -16,17 +16,19 @@ from collector.tcp_reassembly import (
     ReassemblyLimits,
 )
 from tests.collector.stream_recorder import Recorders
-from tests.pcapgen import ACK, CLIENT, FIN, SYN, Conversation, Packet
+from tests.pcapgen import ACK, CLIENT, FIN, SERVER, SYN, Conversation, Packet
 
 C_IP, S_IP = bytes([10, 0, 0, 1]), bytes([10, 0, 0, 2])
 
 
-def seg(conv: Conversation, p: Packet) -> TcpSegment:
+def seg(conv: Conversation, p: Packet, ttl: int = 64) -> TcpSegment:
     if p.direction == CLIENT:
         src, dst, sport, dport = C_IP, S_IP, conv.client[1], conv.server[1]
     else:
         src, dst, sport, dport = S_IP, C_IP, conv.server[1], conv.client[1]
-    return TcpSegment(int(p.ts * 1e9), src, dst, sport, dport, p.seq, p.ack, p.flags, p.payload, ())
+    return TcpSegment(
+        int(p.ts * 1e9), src, dst, sport, dport, p.seq, p.ack, p.flags, p.payload, (), ttl
+    )
 
 
 def run(
@@ -201,19 +203,59 @@ def test_idle_flows_close_and_new_flows_are_evicted_at_the_cap() -> None:
     assert r.stats.idle_closed == 2 and r.open_flows == 0
 
 
-def test_port_reuse_with_new_syn_opens_a_new_flow() -> None:
+def _ack_of(conv: Conversation, direction: int) -> Packet:
+    """The ACK `direction` sends for everything its peer sent so far."""
+    packet = Packet(
+        conv.ts + conv.step,
+        direction,
+        conv.next_seq[direction] & 0xFFFFFFFF,
+        conv.next_seq[1 - direction] & 0xFFFFFFFF,
+        ACK,
+    )
+    conv.ts += conv.step
+    conv.packets.append(packet)
+    return packet
+
+
+def test_port_reuse_after_the_client_closed_opens_a_new_flow() -> None:
     first = Conversation().handshake()
     first.send(0, b"one")
+    first.fin(CLIENT)
+    _ack_of(first, SERVER)
     second = Conversation(client_isn=90_000, ts=first.ts + 1).handshake()
     second.send(0, b"two")
     recorders = Recorders()
     r = Reassembler(recorders)
-    for p in first.packets:
+    for p in [*first.packets, *second.packets]:
         r.receive(seg(first, p))
-    for p in second.packets:
-        r.receive(seg(second, p))
     assert [bytes(f.data[0]) for f in recorders.flows] == [b"one", b"two"]
-    assert recorders.flows[0].closed == "reused"
+    assert recorders.flows[0].closed == "reused" and r.stats.ignored_syns == 0
+
+
+def test_syn_with_another_isn_on_an_open_flow_is_ignored() -> None:
+    conv = Conversation().handshake()
+    conv.send(CLIENT, b"request")
+    conv.packets.append(Packet(conv.ts + 0.001, CLIENT, 77_777, 0, SYN))
+    conv.packets.append(Packet(conv.ts + 0.002, SERVER, 88_888, 77_778, SYN | ACK))
+    conv.ts += 0.003
+    conv.send(SERVER, b"response")
+    conv.close()
+    r, rec = run(conv)
+    (flow,) = rec.flows
+    assert bytes(flow.data[SERVER_TO_CLIENT]) == b"response" and flow.closed == "fin"
+    assert r.stats.ignored_syns == 2
+
+
+def test_a_syn_after_the_flow_was_quiet_for_the_linger_time_is_a_new_connection() -> None:
+    first = Conversation().handshake()
+    first.send(0, b"one")
+    second = Conversation(client_isn=90_000, ts=first.ts + 31).handshake()
+    second.send(0, b"two")
+    recorders = Recorders()
+    r = Reassembler(recorders, ReassemblyLimits(closed_linger_ns=30_000_000_000))
+    for p in [*first.packets, *second.packets]:
+        r.receive(seg(first, p))
+    assert [bytes(f.data[0]) for f in recorders.flows] == [b"one", b"two"]
 
 
 def test_pure_acks_of_unknown_flows_are_ignored() -> None:

@@ -33,6 +33,8 @@ origin = "{origin}"
 
 [capture]
 interface = "lo"
+# Capturing on the sending host: checksum offload leaves them unfilled.
+checksums = "ignore"
 filter = "{bpf}"
 server_ports = [{ports.honest_prover}, {ports.dishonest_prover}]
 stats_interval_s = 2.0

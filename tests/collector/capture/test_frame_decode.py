@@ -6,7 +6,7 @@ import struct
 
 import pytest
 
-from collector.capture.decode import FrameDecoder
+from collector.capture.decode import ChecksumPolicy, FrameDecoder
 from collector.capture.errors import UnsupportedLinkTypeError
 from tests.pcapgen import (
     LINK_ETHERNET,
@@ -67,13 +67,15 @@ def test_ipv6_extension_headers_are_walked() -> None:
     assert seg is not None and seg.payload == PAYLOAD
 
 
-def test_tso_super_frames_with_zero_ip_length_are_accepted() -> None:
+def test_tso_super_frames_with_zero_ip_length_are_accepted_when_checksums_are_ignored() -> None:
     conv = Conversation()
     big = Packet(1.0, 0, 1, 1, 0x18, b"x" * 9000)
     data = bytearray(frame(conv, big))
     struct.pack_into("!H", data, 16, 0)  # IPv4 total length 0, as TSO leaves it
-    seg = FrameDecoder(1).decode(0, bytes(data))
+    seg = FrameDecoder(1, ChecksumPolicy.IGNORE).decode(0, bytes(data))
     assert seg is not None and len(seg.payload) == 9000
+    verifying = FrameDecoder(1)
+    assert verifying.decode(0, bytes(data)) is None and verifying.stats.bad_length == 1
 
 
 def test_non_tcp_fragments_and_garbage_are_counted() -> None:
@@ -83,13 +85,11 @@ def test_non_tcp_fragments_and_garbage_are_counted() -> None:
     arp = bytes(12) + b"\x08\x06" + bytes(28)
     udp = bytearray(good)
     udp[14 + 9] = 17
-    frag = bytearray(good)
-    struct.pack_into("!H", frag, 14 + 6, 0x2000)  # more fragments
-    for data in (arp, bytes(udp), bytes(frag), good[:30], b"", bytes(good[: 14 + 20 + 10])):
+    for data in (arp, bytes(udp), good[:30], b"", bytes(good[: 14 + 20 + 10])):
         assert decoder.decode(0, bytes(data)) is None
     stats = decoder.stats
-    assert (stats.non_ip, stats.non_tcp, stats.ip_fragments) == (1, 1, 1)
-    assert stats.malformed == 3 and stats.segments == 0 and stats.frames == 6
+    assert (stats.non_ip, stats.non_tcp) == (1, 1)
+    assert stats.malformed + stats.bad_length == 3 and stats.segments == 0 and stats.frames == 5
 
 
 def test_unknown_link_type_is_refused() -> None:
@@ -97,9 +97,58 @@ def test_unknown_link_type_is_refused() -> None:
         FrameDecoder(147)
 
 
-def test_bad_checksums_are_not_a_reason_to_drop() -> None:
+def test_bad_checksums_drop_the_frame_unless_ignored() -> None:
+    good = frame(Conversation(), _packet())
+    bad_ip = bytearray(good)
+    bad_ip[14 + 10 : 14 + 12] = b"\xde\xad"  # IPv4 header checksum
+    bad_tcp = bytearray(good)
+    bad_tcp[14 + 20 + 16 : 14 + 20 + 18] = b"\xbe\xef"  # TCP checksum
+    decoder = FrameDecoder(1)
+    assert decoder.decode(0, good) is not None
+    assert decoder.decode(0, bytes(bad_ip)) is None and decoder.decode(0, bytes(bad_tcp)) is None
+    assert (decoder.stats.bad_ip_checksum, decoder.stats.bad_tcp_checksum) == (1, 1)
+    lenient = FrameDecoder(1, ChecksumPolicy.IGNORE)
+    for data in (bad_ip, bad_tcp):
+        seg = lenient.decode(0, bytes(data))
+        assert seg is not None and seg.payload == PAYLOAD
+
+
+@pytest.mark.parametrize("link", [LINK_ETHERNET, LINK_SLL2, LINK_RAW])
+@pytest.mark.parametrize("client", [("10.1.2.3", 5555), ("fd00::1", 5555)])
+def test_a_flipped_payload_bit_fails_the_tcp_checksum(link: str, client: tuple[str, int]) -> None:
+    server = ("10.1.2.4", 8000) if ":" not in client[0] else ("fd00::2", 8000)
+    conv = Conversation(client=client, server=server)
+    odd = Packet(1.5, 0, 1234, 99, 0x18, b"odd length payload!")
+    data = bytearray(frame(conv, odd, link=link))
+    decoder = FrameDecoder({LINK_ETHERNET: 1, LINK_SLL2: 276, LINK_RAW: 101}[link])
+    assert decoder.decode(0, bytes(data)) is not None
+    data[-1] ^= 0x01
+    assert decoder.decode(0, bytes(data)) is None and decoder.stats.bad_tcp_checksum == 1
+
+
+def test_an_ip_length_past_the_frame_is_refused_and_padding_is_trimmed() -> None:
     data = bytearray(frame(Conversation(), _packet()))
-    data[14 + 10 : 14 + 12] = b"\xde\xad"  # IPv4 header checksum
-    data[14 + 20 + 16 : 14 + 20 + 18] = b"\xbe\xef"  # TCP checksum
-    seg = FrameDecoder(1).decode(0, bytes(data))
+    total = struct.unpack_from("!H", data, 16)[0]
+    longer = bytearray(data)
+    struct.pack_into("!H", longer, 16, total + 8)
+    _fix_ipv4_checksum(longer, 14)
+    decoder = FrameDecoder(1)
+    assert decoder.decode(0, bytes(longer)) is None and decoder.stats.bad_length == 1
+    seg = decoder.decode(0, bytes(data) + b"\x00" * 8)  # trailer past the IP length
     assert seg is not None and seg.payload == PAYLOAD
+
+
+def test_segments_carry_the_ttl_or_hop_limit() -> None:
+    v4 = FrameDecoder(1).decode(0, frame(Conversation(), _packet()))
+    conv6 = Conversation(client=("fd00::1", 5555), server=("fd00::2", 8000))
+    v6 = FrameDecoder(1).decode(0, frame(conv6, _packet()))
+    assert v4 is not None and v6 is not None and v4.ttl == 64 and v6.ttl == 64
+
+
+def _fix_ipv4_checksum(data: bytearray, offset: int) -> None:
+    ihl = (data[offset] & 0x0F) * 4
+    struct.pack_into("!H", data, offset + 10, 0)
+    total = sum(struct.unpack_from(f"!{ihl // 2}H", data, offset))
+    while total > 0xFFFF:
+        total = (total & 0xFFFF) + (total >> 16)
+    struct.pack_into("!H", data, offset + 10, ~total & 0xFFFF)

@@ -1,0 +1,166 @@
+"""IPv4 and IPv6 fragments: reassembly, overlaps, duplicates, TTL, caps and timeouts."""
+
+from __future__ import annotations
+
+import struct
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from collector.capture.decode import FrameDecoder, TcpSegment
+from collector.capture.fragments import FragmentLimits
+from collector.capture.linktypes import DLT_RAW
+from tests.cpu_bound import cpu_bound
+from tests.pcapgen import Conversation, Packet, tcp_ip_bytes
+
+PAYLOAD = bytes(range(256)) * 12 + b"tail"
+V4 = Conversation()
+V6 = Conversation(client=("fd00::1", 5555), server=("fd00::2", 8000))
+
+
+def _datagram(conv: Conversation, payload: bytes = PAYLOAD) -> bytes:
+    return tcp_ip_bytes(conv, Packet(1.0, 0, 1234, 99, 0x18, payload))
+
+
+def _v4_fragment(ip: bytes, offset: int, piece: bytes, more: bool, ttl: int = 64) -> bytes:
+    header = bytearray(ip[:20])
+    struct.pack_into("!HHH", header, 2, 20 + len(piece), 0x4242, (offset // 8) | (more << 13))
+    header[8] = ttl
+    struct.pack_into("!H", header, 10, 0)
+    total = sum(struct.unpack("!10H", header))
+    while total > 0xFFFF:
+        total = (total & 0xFFFF) + (total >> 16)
+    struct.pack_into("!H", header, 10, ~total & 0xFFFF)
+    return bytes(header) + piece
+
+
+def _v6_fragment(ip: bytes, offset: int, piece: bytes, more: bool, ttl: int = 64) -> bytes:
+    header = bytearray(ip[:40])
+    struct.pack_into("!H", header, 4, 8 + len(piece))
+    header[6] = 44
+    header[7] = ttl
+    return bytes(header) + struct.pack("!BBHI", 6, 0, offset | more, 0x42424242) + piece
+
+
+def fragments(conv: Conversation, size: int, payload: bytes = PAYLOAD) -> list[bytes]:
+    """The datagram carrying `payload` cut into fragments of `size` bytes (a multiple of 8)."""
+    ip = _datagram(conv, payload)
+    header = 20 if ip[0] >> 4 == 4 else 40
+    body = ip[header:]
+    build = _v4_fragment if header == 20 else _v6_fragment
+    cuts = range(0, len(body), size)
+    return [build(ip, at, body[at : at + size], at + size < len(body)) for at in cuts]
+
+
+def decode_all(frames: list[bytes], limits: FragmentLimits | None = None) -> list[TcpSegment]:
+    decoder = FrameDecoder(DLT_RAW, fragments=limits)
+    return [s for i, f in enumerate(frames) if (s := decoder.decode(i, f)) is not None]
+
+
+def test_ipv4_fragments_in_any_order_reassemble_and_pass_the_tcp_checksum() -> None:
+    pieces = fragments(V4, 512)
+    (seg,) = decode_all(pieces[::-1])
+    assert seg.payload == PAYLOAD and seg.sport == 40000 and seg.ttl == 64
+
+
+def test_ipv6_fragments_reassemble() -> None:
+    pieces = fragments(V6, 1024)
+    decoder = FrameDecoder(DLT_RAW)
+    segs = [decoder.decode(0, p) for p in [pieces[1], pieces[0], *pieces[2:]]]
+    assert segs[:-1] == [None] * (len(pieces) - 1)
+    last = segs[-1]
+    assert last is not None and last.payload == PAYLOAD
+    assert decoder.stats.ip_fragments == len(pieces) and decoder.stats.fragments_reassembled == 1
+
+
+def test_an_identical_duplicate_is_ignored() -> None:
+    pieces = fragments(V4, 512)
+    (seg,) = decode_all([pieces[0], pieces[0], *pieces[1:]])
+    assert seg.payload == PAYLOAD
+
+
+def test_an_overlap_with_other_bytes_drops_the_datagram() -> None:
+    for conv in (V4, V6):
+        pieces = fragments(conv, 512)
+        forged = bytearray(pieces[1])
+        forged[-1] ^= 0xFF
+        decoder = FrameDecoder(DLT_RAW)
+        for frame in [pieces[0], bytes(forged), *pieces[1:]]:
+            assert decoder.decode(0, frame) is None
+        assert decoder.stats.fragment_conflicts >= 1
+
+
+def test_a_partial_overlap_drops_the_datagram() -> None:
+    ip = _datagram(V4)
+    body = ip[20:]
+    frames = [
+        _v4_fragment(ip, 0, body[:512], True),
+        _v4_fragment(ip, 256, body[256:768], True),
+        _v4_fragment(ip, 512, body[512:], False),
+    ]
+    decoder = FrameDecoder(DLT_RAW)
+    assert [decoder.decode(0, f) for f in frames] == [None, None, None]
+    assert decoder.stats.fragment_conflicts == 1
+
+
+def test_a_fragment_with_another_ttl_drops_the_datagram() -> None:
+    ip = _datagram(V4)
+    body = ip[20:]
+    frames = [_v4_fragment(ip, 0, body[:512], True), _v4_fragment(ip, 512, body[512:], False, 3)]
+    decoder = FrameDecoder(DLT_RAW)
+    assert [decoder.decode(0, f) for f in frames] == [None, None]
+    assert decoder.stats.fragment_conflicts == 1
+
+
+def test_incomplete_datagrams_expire_in_capture_time() -> None:
+    pieces = fragments(V4, 512)
+    decoder = FrameDecoder(DLT_RAW, fragments=FragmentLimits(timeout_ns=30_000_000_000))
+    assert decoder.decode(0, pieces[0]) is None
+    for frame in pieces[1:]:
+        assert decoder.decode(31_000_000_000, frame) is None
+    assert decoder.stats.fragments_expired == 1 and decoder.fragments.held_bytes > 0
+
+
+def test_memory_caps_evict_the_oldest_datagram_and_bound_its_pieces() -> None:
+    first = fragments(V4, 512)
+    other = fragments(Conversation(client=("10.9.9.9", 1111)), 512)
+    limits = FragmentLimits(max_bytes=1500)
+    decoder = FrameDecoder(DLT_RAW, fragments=limits)
+    for frame in (first[0], first[1], other[0]):
+        decoder.decode(0, frame)
+    assert decoder.stats.fragments_evicted >= 1 and decoder.fragments.held_bytes <= 1500
+    capped = FrameDecoder(DLT_RAW, fragments=FragmentLimits(max_fragments=3))
+    assert [capped.decode(0, f) for f in fragments(V4, 8)[:5]] == [None] * 5
+    assert capped.stats.fragments_over_cap >= 1
+
+
+def test_a_non_final_fragment_whose_length_is_not_a_multiple_of_8_is_malformed() -> None:
+    ip = _datagram(V4)
+    decoder = FrameDecoder(DLT_RAW)
+    assert decoder.decode(0, _v4_fragment(ip, 0, ip[20:31], True)) is None
+    assert decoder.stats.malformed == 1
+
+
+@st.composite
+def fragment_storms(draw: st.DrawFn) -> tuple[bool, list[bytes]]:
+    v6 = draw(st.booleans())
+    size = 8 * draw(st.integers(min_value=1, max_value=200))
+    pieces = fragments(V6 if v6 else V4, size)
+    frames = list(pieces) + [pieces[i % len(pieces)] for i in draw(st.lists(st.integers(0, 50)))]
+    for index in draw(st.lists(st.integers(0, 50), max_size=3)):
+        forged = bytearray(pieces[index % len(pieces)])
+        forged[draw(st.integers(min_value=48 if v6 else 20, max_value=len(forged) - 1))] ^= 0x5A
+        frames.append(bytes(forged))
+    order = draw(st.permutations(range(len(frames))))
+    return v6, [frames[i] for i in order]
+
+
+@settings(max_examples=120, deadline=None)
+@given(case=fragment_storms())
+def test_fragment_storms_never_raise_and_never_give_other_bytes(
+    case: tuple[bool, list[bytes]],
+) -> None:
+    _, frames = case
+    with cpu_bound(2.0):
+        segs = decode_all(frames)
+    assert all(seg.payload == PAYLOAD for seg in segs)
