@@ -19,6 +19,12 @@ message with its problem and the stream is scanned for the next start line.
 A stream that starts mid-connection is scanned the same way. Compressed bodies
 cannot be decoded past a gap; SSE bodies resynchronise at the next event.
 
+Bounded and linear, since the prover chooses every byte: the start-line scan
+(`start_line`) and the chunk boundary search (`chunked`) resume where they
+stopped, so each byte is examined a bounded number of times however the bytes
+arrive; a head is searched for its end only within `max_head_bytes`; a resync
+window that overflows hands its bytes on to the start-line scan.
+
 Known limits: a request that sent `Expect: 100-continue` and got a final
 answer instead of 100 is still expected to carry the body its head announced
 (clients close or send it); pipelined requests lost whole inside one gap

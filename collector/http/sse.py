@@ -97,6 +97,8 @@ class SseParser:
             self._after_cr = False
             if data[:1] == b"\n":
                 data = data[1:]
+                if not data:
+                    return
         if self._resync:
             data = self._skip_to_field(data)
             if not data:
