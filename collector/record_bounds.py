@@ -13,7 +13,8 @@ record may exceed `RECORD_BYTES`, whatever the bodies hold:
   always the whole body's.
 - A record still over `RECORD_BYTES` (a huge API view, thousands of gaps)
   keeps only its skeleton: flow, times, method, target, status, the bodies'
-  hashes and lengths, the dialect.
+  hashes and lengths, the dialect, the first `SKELETON_AMBIGUITIES` ambiguous
+  ranges with their variants' hashes.
 
 Every cut makes the record TRUNCATED (unless a quality that precedes it
 applies) with a reason saying what was cut.
@@ -31,6 +32,7 @@ ENVELOPE_ALLOWANCE = 64 << 10
 RECORD_BYTES = MAX_STREAM_MESSAGE_BYTES - ENVELOPE_ALLOWANCE
 # Longest text (target, host, reason phrase, quality reason) a skeleton keeps.
 SKELETON_TEXT_CHARS = 4096
+SKELETON_AMBIGUITIES = 64
 
 
 def stored_body(body: bytes) -> tuple[bytes, str]:
@@ -72,6 +74,7 @@ def skeleton(record: record_pb2.InferenceRecord, quality: int) -> record_pb2.Inf
         out.response.body_length = response.body_length
     if record.HasField("api"):
         out.api.dialect = record.api.dialect
+    out.ambiguities.extend(record.ambiguities[:SKELETON_AMBIGUITIES])
     reason = (
         f"record: {record.ByteSize()} bytes, over the {RECORD_BYTES} a record may hold; "
         f"only its skeleton is kept"

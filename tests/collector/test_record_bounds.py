@@ -60,12 +60,16 @@ def test_a_record_over_the_limit_keeps_its_skeleton() -> None:
     assert rec.flow.server_port == 8000 and rec.record_id
 
 
-def test_a_skeleton_keeps_a_quality_that_precedes_truncated() -> None:
+def test_a_skeleton_keeps_an_earlier_quality_and_the_first_ambiguities() -> None:
     record = record_pb2.InferenceRecord(quality=Q.CAPTURE_QUALITY_REQUEST_GAP)
     record.request.target = "/x" * 10_000
+    for offset in range(100):
+        record.ambiguities.add(stream_offset=offset, length=1, variant_sha256=[b"a" * 32] * 2)
     out = record_bounds.skeleton(record, Q.CAPTURE_QUALITY_REQUEST_GAP)
     assert out.quality == Q.CAPTURE_QUALITY_REQUEST_GAP
     assert len(out.request.target) == record_bounds.SKELETON_TEXT_CHARS
+    kept = record_bounds.SKELETON_AMBIGUITIES
+    assert [a.stream_offset for a in out.ambiguities] == list(range(kept))
 
 
 def test_arrival_times_beyond_the_cap_are_cut(monkeypatch: pytest.MonkeyPatch) -> None:
