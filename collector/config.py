@@ -30,6 +30,7 @@ max_flows = 100000
 [http]
 max_head_bytes = 65536
 max_body_bytes = 67108864
+response_skew_s = 0.1               # a response captured this much before its request still pairs
 dialects = ["openai-chat", "openai-completions"]
 
 [log]
@@ -132,10 +133,15 @@ class ReassemblyConfig:
 class HttpConfig:
     max_head_bytes: int = 64 * 1024
     max_body_bytes: int = 64 * 1024 * 1024
+    response_skew_s: float = 0.1
     dialects: tuple[str, ...] = tuple(DIALECTS)
 
     def limits(self) -> HttpLimits:
-        return HttpLimits(max_head_bytes=self.max_head_bytes, max_body_bytes=self.max_body_bytes)
+        return HttpLimits(
+            max_head_bytes=self.max_head_bytes,
+            max_body_bytes=self.max_body_bytes,
+            response_skew_ns=int(self.response_skew_s * 1e9),
+        )
 
 
 @dataclass(frozen=True)
@@ -225,6 +231,7 @@ def _http(section: _Section) -> HttpConfig:
     return HttpConfig(
         max_head_bytes=section.integer("max_head_bytes", d.max_head_bytes, minimum=256),
         max_body_bytes=section.integer("max_body_bytes", d.max_body_bytes, minimum=1024),
+        response_skew_s=section.number("response_skew_s", d.response_skew_s),
         dialects=dialects,
     )
 

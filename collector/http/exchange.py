@@ -1,17 +1,58 @@
 """One TCP connection as HTTP/1.1: a reader per direction, requests paired with responses.
 
-`Connection` is the `StreamHandler` the reassembler drives. Responses pair with
-requests in order (pipelining included); 1xx responses are informational and
-pair with nothing. A response whose first byte was captured before the
-request it would pair with cannot answer it: it is an orphan (its request was
-lost, or the capture began after it). A response waits while no request is
-pending, since the request may be held up behind a hole in the other
-direction. Every request ends in exactly one exchange; so does every orphan.
-Exchanges whose request path no dialect knows are counted, not emitted.
+`Connection` is the `StreamHandler` the reassembler drives. Every request ends
+in exactly one exchange; so does every response that pairs with none. 1xx
+responses are informational and pair with nothing. Exchanges whose request path
+no dialect knows are counted, not emitted.
+
+Pairing survives loss; it never shifts. HTTP/1.1 answers requests in order, so
+without loss the n-th response answers the n-th request. Loss breaks the count:
+a gap on the client side may hide requests, one on the server side responses.
+Each gap becomes a *loss marker* at its place in its direction's sequence of
+messages, saying whether at least one message was lost there (the reader was
+between messages and a start line's worth of bytes is missing) or maybe some.
+For each response the connection keeps the range of requests it may answer
+(requests hidden in a marker included), and narrows it:
+
+- **Order.** A response answers a request after the one its predecessor
+  answered; at least one later for each response certainly lost before it.
+- **Time.** A response cannot begin before its request's first byte. A TAP
+  delivers the two directions on separate ports, merged with skew: a response
+  captured up to `HttpLimits.response_skew_ns` (`[http] response_skew_s`,
+  100 ms) before its request's first byte (so also before its last) still
+  pairs with it. When only that tolerance lets a response reach a request, and
+  the next response began after the request and has no other to answer, the
+  next one answers it.
+- **One at a time.** Clients send a request after the previous response has
+  ended unless the connection shows otherwise: a request begun before the
+  previous response ended marks the connection pipelined. On a connection not
+  pipelined, a response answers the latest request begun before it (skew
+  allowed) and before it ended, when that request is visible, unanswered and
+  begun after the previous response ended. After a lost response this holds
+  only when no request may be hidden right after that one and every other
+  request in the range also began after the previous response ended.
+
+A response whose range holds one request pairs with it, or is an orphan when
+that request is hidden (`no_request`; `midstream` before the first request of
+a stream picked up midway). A response whose range holds several is emitted
+alone with `request_unknown`, and each request it might have answered that
+ends with no response gets `response_unknown`: the record says the pairing
+cannot be known instead of guessing. A request no response can answer any
+more is emitted with `response_lost` (the server side lost bytes) or
+`no_response`. A response whose range reaches requests not seen yet waits
+until the client side passes its time or ends, since a request may be held up
+behind a hole in the other direction. Requests and their start times are kept
+in lists bisected by time, so each decision costs O(log n).
+
+Known limit: a client that pipelines without showing it (every overlap hidden
+by loss) and loses whole requests can still get a response paired with a later
+request than the one it answers.
 """
 
 from __future__ import annotations
 
+import enum
+from bisect import bisect_right
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -20,6 +61,7 @@ from typing import TypeVar
 from collector.http.messages import Exchange, Problem, ProblemKind, RequestMessage, ResponseMessage
 from collector.http.reader import (
     HttpLimits,
+    MessageReader,
     RequestListener,
     RequestReader,
     ResponseListener,
@@ -33,6 +75,20 @@ _Message = TypeVar("_Message", RequestMessage, ResponseMessage)
 PathFilter = Callable[[str, str], bool]
 ExchangeSink = Callable[[Exchange], None]
 
+# The shortest start line and blank line of any message ("HTTP/1.1 200\r\n\r\n"): bytes lost
+# at a message boundary hold at least one message only when there are this many.
+MIN_MESSAGE_BYTES = 16
+# The start of a connection: the position before its first request.
+_START = -1
+
+
+class Loss(enum.IntEnum):
+    """What a gap in one direction says about the number of messages lost there."""
+
+    NONE = 0
+    SOME = 1  # zero or more messages may be lost
+    AT_LEAST_ONE = 2  # the reader was between messages: the next one's start is gone
+
 
 @dataclass(slots=True)
 class HttpStats:
@@ -45,12 +101,16 @@ class HttpStats:
     exchanges: int = 0
     not_recorded: int = 0
     orphan_responses: int = 0
+    unpaired_responses: int = 0
     unanswered_requests: int = 0
+    pipelined_connections: int = 0
     upgraded: int = 0
     skipped_bytes: int = 0
 
 
 class _Slot:
+    """A request, from its first byte on, and the response paired with it."""
+
     __slots__ = ("first_ts", "keep", "method", "request", "response")
 
     def __init__(self, first_ts: int) -> None:
@@ -59,6 +119,27 @@ class _Slot:
         self.method = ""
         self.request: RequestMessage | None = None
         self.response: ResponseMessage | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class _Pending:
+    """A finished response waiting for its pairing, with the loss marker before it."""
+
+    response: ResponseMessage
+    loss_before: Loss
+
+
+# Positions in the client's sequence of requests: 2*i + 1 is visible request i (counted
+# from 0 on the connection), 2*i stands for the requests hidden in the loss marker just
+# before request i. The order of positions is the order of requests on the wire.
+
+
+def _visible(position: int) -> bool:
+    return position % 2 == 1
+
+
+def _index(position: int) -> int:
+    return position // 2
 
 
 class Connection(RequestListener, ResponseListener):
@@ -76,14 +157,37 @@ class Connection(RequestListener, ResponseListener):
         self._recorded = recorded
         self._sink = sink
         self._stats = stats
+        self._skew = limits.response_skew_ns
         self.client = RequestReader(limits, self)
         self.server = ResponseReader(limits, self)
-        self._slots: deque[_Slot] = deque()
-        self._waiting: deque[ResponseMessage] = deque()
+        # Requests by index (request i at `_requests[i - _base]`): those from `_first` on
+        # are not emitted yet; `_next` is the index the next one gets. `_starts` holds
+        # their first capture times, made non-decreasing, for bisection.
+        self._requests: list[_Slot] = []
+        self._starts: list[int] = []
+        self._base = 0
+        self._first = 0
+        self._next = 0
+        # Index ranges of requests that responses emitted with `request_unknown` may answer.
+        self._unknown: deque[tuple[int, int]] = deque()
+        # Loss markers: before request i (client side), before server message i (by the
+        # reader's count of finished messages, 1xx included).
+        self._client_losses: dict[int, Loss] = {}
+        self._server_losses: dict[int, Loss] = {}
+        self._carried_loss = Loss.NONE
+        self._waiting: deque[_Pending] = deque()
+        # The range of positions the last decided response may have answered.
+        self._lo = _START
+        self._hi = _START
+        self._last_response_end: int | None = None
+        self._pipelined = False
+        self._client_ended = False
+        self._server_ended = False
         self._client_midstream = False
         self._first_request_ts: int | None = None
         # Ambiguous byte ranges per direction, for the next message that direction finishes.
         self._ambiguous: tuple[list[StreamAmbiguity], list[StreamAmbiguity]] = ([], [])
+        self._server_lost = False
         stats.connections += 1
 
     # -- StreamHandler -----------------------------------------------------
@@ -92,8 +196,12 @@ class Connection(RequestListener, ResponseListener):
         if direction == CLIENT_TO_SERVER:
             self._client_midstream = midstream
             self.client.start(midstream)
+            if midstream:
+                self._mark_client(Loss.SOME)
         else:
             self.server.start(midstream)
+            if midstream:
+                self._mark_server(0, Loss.SOME)
 
     def on_data(self, direction: int, data: bytes, ts_ns: int) -> None:
         if direction == CLIENT_TO_SERVER:
@@ -102,10 +210,23 @@ class Connection(RequestListener, ResponseListener):
             self.server.feed(data, ts_ns)
 
     def on_gap(self, direction: int, length: int, ts_ns: int) -> None:
+        reader: MessageReader = self.client if direction == CLIENT_TO_SERVER else self.server
+        at_boundary = reader.at_message_boundary
+        lost_before, finished_before = reader.lost_between_messages, reader.messages
+        reader.gap(length, ts_ns)
+        between = reader.lost_between_messages > lost_before or reader.messages > finished_before
+        loss = (
+            Loss.AT_LEAST_ONE
+            if between and at_boundary and length >= MIN_MESSAGE_BYTES
+            else Loss.SOME
+        )
         if direction == CLIENT_TO_SERVER:
-            self.client.gap(length, ts_ns)
+            self._mark_client(loss)
         else:
-            self.server.gap(length, ts_ns)
+            self._server_lost = True
+            # Between messages, the marker precedes the next message to finish; inside a
+            # body, the message in progress goes on and the marker follows it.
+            self._mark_server(reader.messages if between else reader.messages + 1, loss)
 
     def on_ambiguous(self, ambiguity: StreamAmbiguity, ts_ns: int) -> None:
         self._ambiguous[ambiguity.direction].append(ambiguity)
@@ -113,45 +234,42 @@ class Connection(RequestListener, ResponseListener):
     def on_end(self, direction: int, reason: str, ts_ns: int) -> None:
         if direction == CLIENT_TO_SERVER:
             self.client.end(reason, ts_ns)
+            self._client_ended = True
+            self._decide()
         else:
             self.server.end(reason, ts_ns)
+            self._server_ended = True
+            self._decide()
 
     def on_close(self, reason: str, ts_ns: int) -> None:
         self.client.end(reason, ts_ns)
         self.server.end(reason, ts_ns)
-        self._pair()
-        while self._waiting:
-            self._orphan(self._waiting.popleft())
-        while self._slots:
-            slot = self._slots.popleft()
-            problems: tuple[Problem, ...] = ()
-            if slot.response is None:
-                self._stats.unanswered_requests += 1
-                if self.server.lost_between_messages:
-                    problems = (
-                        Problem(ProblemKind.RESPONSE_LOST, "the response was lost in a gap"),
-                    )
-                else:
-                    problems = (
-                        Problem(
-                            ProblemKind.NO_RESPONSE,
-                            f"no response before the connection ended ({reason})",
-                        ),
-                    )
-            self._emit(slot, problems)
+        self._client_ended = self._server_ended = True
+        self._decide()
+        while self._first < self._next:
+            self._first += 1
+            self._emit_unanswered(self._first - 1, reason)
         self._stats.skipped_bytes += self.client.skipped_bytes + self.server.skipped_bytes
 
     # -- reader listeners --------------------------------------------------
 
     def request_started(self, ts_ns: int) -> None:
-        self._slots.append(_Slot(ts_ns))
+        previous = self._slot(self._next - 1)
+        if (
+            previous is not None
+            and previous.response is not None
+            and ts_ns < previous.response.last_byte_ns
+        ):
+            self._mark_pipelined()
+        self._requests.append(_Slot(ts_ns))
+        self._starts.append(max(ts_ns, self._starts[-1]) if self._starts else ts_ns)
+        self._next += 1
         if self._first_request_ts is None:
             self._first_request_ts = ts_ns
-        if self._waiting:
-            self._pair()
+        self._decide()
 
     def request_head(self, method: str, target: str) -> bool:
-        slot = self._slots[-1]
+        slot = self._requests[-1]
         slot.method = method
         slot.keep = self._recorded(method, target)
         return slot.keep
@@ -159,26 +277,49 @@ class Connection(RequestListener, ResponseListener):
     def request_done(self, message: RequestMessage) -> None:
         self._stats.requests += 1
         message = self._with_ambiguities(CLIENT_TO_SERVER, message)
-        self._slots[-1].request = message
+        if self._requests:
+            self._requests[-1].request = message
         self._flush()
 
     def response_head(self, status: int, ts_ns: int) -> tuple[str, bool]:
-        slot = self._unanswered()
-        if slot is None or slot.first_ts > ts_ns:
+        if self._waiting:
             return "", True
+        loss = self._server_losses.get(self.server.messages, Loss.NONE)
+        lo, hi = self._order_range(max(loss, self._carried_loss))
+        hi_time, _ = self._time_bound(ts_ns + self._skew)
+        hi = hi_time if hi is None else min(hi, hi_time)
+        slot = self._slot(_index(lo)) if _visible(lo) else None
+        if slot is None or lo != hi:
+            return (slot.method if slot is not None else ""), True
         return slot.method, slot.keep
 
     def response_done(self, message: ResponseMessage) -> None:
+        loss = max(self._server_losses.pop(self.server.messages - 1, Loss.NONE), self._carried_loss)
         if 100 <= message.status < 200 and message.status != 101:
             self._stats.informational += 1
+            self._carried_loss = loss
             return
+        self._carried_loss = Loss.NONE
         self._stats.responses += 1
         message = self._with_ambiguities(SERVER_TO_CLIENT, message)
         if self.server.upgraded:
             self._stats.upgraded += 1
             self.client.upgrade()
-        self._waiting.append(message)
-        self._pair()
+        self._waiting.append(_Pending(message, loss))
+        self._decide()
+
+    # -- loss markers --------------------------------------------------------
+
+    def _mark_client(self, loss: Loss) -> None:
+        self._client_losses[self._next] = max(self._client_losses.get(self._next, loss), loss)
+
+    def _mark_server(self, message: int, loss: Loss) -> None:
+        self._server_losses[message] = max(self._server_losses.get(message, loss), loss)
+
+    def _mark_pipelined(self) -> None:
+        if not self._pipelined:
+            self._pipelined = True
+            self._stats.pipelined_connections += 1
 
     def _with_ambiguities(self, direction: int, message: _Message) -> _Message:
         """`message` with the ambiguous ranges its direction reported since the last one.
@@ -197,35 +338,242 @@ class Connection(RequestListener, ResponseListener):
 
     # -- pairing -----------------------------------------------------------
 
-    def _unanswered(self) -> _Slot | None:
-        return next((s for s in self._slots if s.response is None), None)
+    def _succ_lo(self, position: int) -> int:
+        """The earliest position of the request after the one at `position`."""
+        if not _visible(position):
+            return position  # a marker may hide more than one request
+        following = _index(position) + 1
+        return 2 * following if following in self._client_losses else 2 * following + 1
 
-    def _pair(self) -> None:
-        while self._waiting:
-            slot = self._unanswered()
-            if slot is None:
-                return
-            response = self._waiting[0]
-            if slot.first_ts > response.first_byte_ns:
-                self._orphan(self._waiting.popleft())
-                continue
-            slot.response = self._waiting.popleft()
+    def _succ_hi(self, position: int) -> int:
+        """The latest position of the request after the one at `position`."""
+        if not _visible(position):
+            return position + 1
+        following = _index(position) + 1
+        if self._client_losses.get(following) is Loss.AT_LEAST_ONE:
+            return 2 * following
+        return 2 * following + 1
+
+    def _order_range(self, loss_before: Loss) -> tuple[int, int | None]:
+        """Positions the next response may answer by order alone (None: no upper bound)."""
+        lo = self._succ_lo(self._lo)
+        if loss_before is Loss.AT_LEAST_ONE:
+            lo = self._succ_lo(lo)
+        if loss_before is not Loss.NONE:
+            return lo, None
+        return lo, self._succ_hi(self._hi)
+
+    def _slot(self, index: int) -> _Slot | None:
+        """Request `index` if it is not emitted yet."""
+        if self._first <= index < self._next:
+            return self._requests[index - self._base]
+        return None
+
+    def _span(self, lo: int, hi: int) -> range:
+        """The indices of the requests not emitted yet whose positions are in [lo, hi]."""
+        return range(max(lo // 2, self._first), min((hi - 1) // 2, self._next - 1) + 1)
+
+    def _time_bound(self, limit: int) -> tuple[int, bool]:
+        """The last position whose request may have begun by capture time `limit`, and
+        whether that is final (a later request was seen, or the client side ended)."""
+        begun = self._base + bisect_right(self._starts, limit)
+        last = begun - 1
+        final = self._client_ended or begun < self._next
+        following = last + 1
+        if following in self._client_losses:
+            return 2 * following, final
+        return 2 * last + 1, final
+
+    def _decide(self) -> None:
+        """Pair the waiting responses, in order, as far as what is known allows."""
+        while self._waiting and self._decide_one(self._waiting[0]):
+            self._waiting.popleft()
         self._flush()
 
-    def _flush(self) -> None:
-        slots = self._slots
-        while slots and slots[0].request is not None and slots[0].response is not None:
-            self._emit(slots.popleft(), ())
+    def _decide_one(self, pending: _Pending) -> bool:
+        """Decide the first waiting response; False: not yet (it waits for more)."""
+        response = pending.response
+        lo, hi_order = self._order_range(pending.loss_before)
+        hi_time, final = self._time_bound(response.first_byte_ns + self._skew)
+        time_limited = hi_order is None or hi_order > hi_time
+        hi = hi_time if hi_order is None or time_limited else hi_order
+        # A range bounded by time alone may still grow while later requests can appear.
+        settled = final or not time_limited
+        if lo == hi and settled:
+            if _visible(lo) and self._slot(_index(lo)) is not None:
+                self._pair(lo, response)
+            else:
+                self._orphan(response, "its request was lost in a gap")
+                self._set_range(lo, hi, response)
+            return True
+        if lo > hi:
+            if not settled:
+                return False
+            self._orphan(response, "no request fits this response in order and time")
+            return True
+        # The latest request begun before the response (skew allowed) and before it ended.
+        latest, latest_final = self._time_bound(
+            min(response.first_byte_ns + self._skew, response.last_byte_ns)
+        )
+        if not latest_final:
+            return False
+        chosen = self._one_at_a_time(lo, hi, latest, pending)
+        if chosen is not None:
+            self._pair(chosen, response)
+            return True
+        if not settled:
+            return False
+        if not self._span(lo, hi):
+            self._orphan(response, "its request was lost in a gap")
+            self._set_range(lo, hi, response)
+            return True
+        refuted = self._skew_refuted(lo, hi, response)
+        if refuted is None:
+            return False
+        if not refuted:
+            self._unpaired(lo, hi, response)
+        elif _visible(lo):
+            self._orphan(response, "no request fits this response in order and time")
+        else:
+            self._orphan(response, "its request was lost in a gap")
+            self._set_range(lo, lo, response)
+        return True
 
-    def _orphan(self, response: ResponseMessage) -> None:
+    def _one_at_a_time(self, lo: int, hi: int, latest: int, pending: _Pending) -> int | None:
+        """The request a connection not pipelined says is answered (None: it says nothing).
+
+        The client waited for the previous response to end before it sent the request
+        this answers, and for this one before sending the next: so this answers the
+        `latest` request begun before it (skew allowed) and before it ended, when that
+        request is visible, unanswered, in the range and begun after the previous
+        response ended. Requests hidden after it are answered later, unless a response
+        was lost too: then none may be hidden there, and every other request in the
+        range must have begun after the previous response ended (a client that pipelined
+        them while the responses were lost could not be told from one that did not).
+        """
+        if self._pipelined:
+            return None
+        index = (latest - 1) // 2
+        position = 2 * index + 1
+        slot = self._slot(index)
+        if slot is None or slot.response is not None or not lo <= position <= hi:
+            return None
+        end = self._last_response_end
+        if end is not None and slot.first_ts < end:
+            return None
+        if pending.loss_before is Loss.NONE:
+            return position
+        others = self._span(lo, position - 1)
+        if index + 1 in self._client_losses:
+            return None
+        if others and (end is None or self._requests[others[0] - self._base].first_ts < end):
+            return None
+        return position
+
+    def _skew_refuted(self, lo: int, hi: int, response: ResponseMessage) -> bool | None:
+        """Whether the visible requests in the range, all begun after the response did
+        (within the skew), are answered by the next response instead: it began after them
+        and has no later request to answer (None: not known yet)."""
+        span = self._span(lo, hi)
+        if self._requests[span[0] - self._base].first_ts <= response.first_byte_ns:
+            return False
+        if len(self._waiting) < 2:
+            return False if self._server_ended else None
+        following = self._waiting[1].response
+        last = span[-1]
+        if (
+            self._waiting[1].loss_before is not Loss.NONE
+            or following.first_byte_ns < self._requests[last - self._base].first_ts
+        ):
+            return False
+        later = self._slot(last + 1)
+        if later is None:
+            return True if self._client_ended or last + 1 < self._next else None
+        return later.first_ts > following.first_byte_ns + self._skew
+
+    def _set_range(self, lo: int, hi: int, response: ResponseMessage) -> None:
+        self._lo, self._hi = lo, hi
+        self._last_response_end = response.last_byte_ns
+
+    def _pair(self, position: int, response: ResponseMessage) -> None:
+        index = _index(position)
+        self._requests[index - self._base].response = response
+        following = self._slot(index + 1)
+        if following is not None and following.first_ts < response.last_byte_ns:
+            self._mark_pipelined()
+        self._set_range(position, position, response)
+
+    def _unpaired(self, lo: int, hi: int, response: ResponseMessage) -> None:
+        span = self._span(lo, hi)
+        self._unknown.append((span[0], span[-1]))
+        hidden = " and requests lost in gaps" if not (_visible(lo) and _visible(hi)) else ""
+        self._stats.unpaired_responses += 1
+        self._emit_response_alone(
+            response,
+            Problem(
+                ProblemKind.REQUEST_UNKNOWN,
+                f"after lost messages this answers one of {len(span)} requests{hidden}",
+            ),
+        )
+        self._set_range(lo, hi, response)
+
+    def _orphan(self, response: ResponseMessage, reason: str) -> None:
         self._stats.orphan_responses += 1
         first = self._first_request_ts
         if self._client_midstream and (first is None or response.first_byte_ns < first):
             problem = Problem(ProblemKind.MIDSTREAM, "the capture began after this request")
         else:
-            problem = Problem(ProblemKind.NO_REQUEST, "no request was seen for this response")
+            problem = Problem(ProblemKind.NO_REQUEST, reason)
+        self._emit_response_alone(response, problem)
+
+    def _emit_response_alone(self, response: ResponseMessage, problem: Problem) -> None:
         self._stats.exchanges += 1
         self._sink(Exchange(self.flow, None, response, (problem,)))
+
+    def _flush(self) -> None:
+        """Emit requests in order while each is whole and answered or past all answers."""
+        while self._first < self._next:
+            index = self._first
+            slot = self._requests[index - self._base]
+            if slot.request is None or (slot.response is None and 2 * index + 1 > self._lo):
+                break
+            self._first += 1
+            self._emit_unanswered(index, None)
+        done = self._first - self._base
+        if done > 64 and done * 2 > len(self._requests):
+            del self._requests[:done]
+            del self._starts[:done]
+            self._base = self._first
+        for index in [i for i in self._client_losses if 2 * i < self._lo]:
+            del self._client_losses[index]
+
+    def _emit_unanswered(self, index: int, ending: str | None) -> None:
+        """Emit request `index`, with why it has no response if it has none; `ending`: the
+        connection's close reason (None: the connection goes on)."""
+        slot = self._requests[index - self._base]
+        if slot.response is not None:
+            self._emit(slot, ())
+            return
+        self._stats.unanswered_requests += 1
+        unknown = self._unknown
+        while unknown and unknown[0][1] < index:
+            unknown.popleft()
+        if unknown and unknown[0][0] <= index:
+            problem = Problem(
+                ProblemKind.RESPONSE_UNKNOWN,
+                "its response is one of those that could not be paired after lost messages",
+            )
+        elif self._server_lost:
+            problem = Problem(ProblemKind.RESPONSE_LOST, "the response was lost in a gap")
+        elif ending is None:
+            problem = Problem(
+                ProblemKind.NO_RESPONSE, "the responses that followed answer later requests"
+            )
+        else:
+            problem = Problem(
+                ProblemKind.NO_RESPONSE, f"no response before the connection ended ({ending})"
+            )
+        self._emit(slot, (problem,))
 
     def _emit(self, slot: _Slot, problems: tuple[Problem, ...]) -> None:
         if not slot.keep:

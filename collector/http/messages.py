@@ -21,6 +21,11 @@ class ProblemKind(enum.Enum):
     NO_RESPONSE = "no_response"  # the request got no response before the connection ended
     NO_REQUEST = "no_request"  # a response whose request was never seen
     RESPONSE_LOST = "response_lost"  # no response, and the server side lost bytes in a gap
+    # After lost messages, the request a response answers cannot be told among several: the
+    # response is recorded alone with REQUEST_UNKNOWN, and each request it may have answered
+    # that gets no response with RESPONSE_UNKNOWN (never a guessed pair).
+    REQUEST_UNKNOWN = "request_unknown"
+    RESPONSE_UNKNOWN = "response_unknown"
 
 
 @dataclass(frozen=True, slots=True)
