@@ -62,7 +62,8 @@ async def intake_past_the_big_entry(pair: Pair, log: Log, why: str) -> None:
     intake = Intake(pair.store, pair.config(server.port), metrics=metrics)
     await intake.start()
     try:
-        await wait_for(lambda: pair.stored() == 3, "the intake to pass the big entry")
+        # The link's own count, which follows the store's cursor once the commit returns.
+        await wait_for(lambda: intake.status()[0].stored_seq == 3, "the intake to pass it")
         status = intake.status()[0]
     finally:
         await intake.stop()
