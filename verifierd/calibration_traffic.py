@@ -20,16 +20,15 @@ from verifierd.commitments import Commitment
 from verifierd.config import Config
 from verifierd.engine.backend import ScoreRequest
 from verifierd.engine.pool import EnginePool
+from verifierd.evidence.client_view import EvidenceUnavailable
 from verifierd.pipeline import score_requests
 from verifierd.request_sampling import SamplingNotReproducibleError
 from verifierd.store import Store
-from verifierd.tokens import TokensUnavailable
 
 
 def honest_requests(
     store: Store,
     commitment: Commitment,
-    model_dir: Path,
     *,
     origins: Sequence[str] = (),
     from_seq: int = 1,
@@ -57,8 +56,8 @@ def honest_requests(
             ):
                 continue
             try:
-                requests, _, _ = score_requests(record, commitment, model_dir, f"{origin}/{seq}")
-            except (SamplingNotReproducibleError, TokensUnavailable):
+                requests, _ = score_requests(record, commitment, f"{origin}/{seq}")
+            except (SamplingNotReproducibleError, EvidenceUnavailable):
                 continue
             for request in requests:
                 if count >= limit:
@@ -70,7 +69,7 @@ def honest_requests(
 def recompute(
     config: Config, commitment: Commitment, model_dir: Path, requests: list[ScoreRequest]
 ) -> list[npt.NDArray[np.float64]]:
-    """Unclipped margins of every request, scored on the commitment's engine."""
+    """Unclipped margins of every request that scores, on the commitment's engine."""
     pool = EnginePool(config.engines)
     margins = []
     try:
@@ -83,7 +82,9 @@ def recompute(
                 commitment.sampler_profile,
                 UNCLIPPED,
             )
-            margins += [r.difr.margins for r in scored.results]
+            # A choice whose evidence contradicts a claim or cannot be scored is no
+            # honest sample.
+            margins += [r.difr.margins for r in scored.results if r.finding is None]
     finally:
         pool.close()
     return margins

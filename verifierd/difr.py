@@ -43,7 +43,7 @@ import numpy.typing as npt
 import torch
 
 from verifierd.errors import VerifierdError
-from verifierd.samplers import NoiseStream, NotReproducibleError, SamplerProfile
+from verifierd.samplers import NoiseStream, NotReproducibleError, RowScores, SamplerProfile
 
 #: vLLM: temperatures below this are greedy (vllm/sampling_params.py _SAMPLING_EPS).
 SAMPLING_EPS = 1e-5
@@ -432,6 +432,18 @@ def token_margins(
     ``sampling`` must already be `SamplingSettings.effective`; ``stream`` is the
     response's noise stream (None only for greedy settings).
     """
+    return token_scores(z, claimed, sampling, stream, start).margins
+
+
+def token_scores(
+    z: torch.Tensor,
+    claimed: torch.Tensor,
+    sampling: SamplingSettings,
+    stream: NoiseStream | None,
+    start: int,
+) -> RowScores:
+    """`token_margins` (in logit units) and the token the sampler itself picks at
+    each position (greedy: the first largest logit)."""
     if z.ndim != 2 or claimed.shape != (z.shape[0],):
         raise DifrError(f"logits {tuple(z.shape)} and claimed {tuple(claimed.shape)} disagree")
     width = z.shape[1]
@@ -440,16 +452,19 @@ def token_margins(
     safe = torch.where(valid, claimed, 0)
     if sampling.is_greedy:
         z32 = z.to(torch.float32)
-        best = z32.max(dim=1).values.to(torch.float64)
+        top = z32.max(dim=1)
         mine = z32.gather(1, safe.view(-1, 1)).view(-1).to(torch.float64)
-        raw = (best - mine).clamp_min(0.0)
+        raw = (top.values.to(torch.float64) - mine).clamp_min(0.0)
+        best = z32.argmax(dim=1)
     else:
         if stream is None:
             raise DifrError("sampled settings need a noise stream")
         x = scaled_logits(z, sampling.temperature)
         x = apply_top_k_top_p(apply_min_p(x, sampling.min_p), sampling.top_k, sampling.top_p)
-        raw = stream.margins(x, safe, start).to(z.device) * sampling.temperature
-    return torch.where(valid, raw, torch.inf)
+        scored = stream.score(x, safe, start)
+        raw = scored.margins.to(z.device) * sampling.temperature
+        best = scored.best.to(z.device)
+    return RowScores(torch.where(valid, raw, torch.inf), best.to(torch.int64))
 
 
 def open_stream(

@@ -39,6 +39,7 @@ from verifierd.commitments import Commitment, CommitmentRegistry, DifrSettings
 from verifierd.config import Config
 from verifierd.engine.backend import ScoreRequest, ScoreResult
 from verifierd.engine.pool import EngineError, EnginePool, EngineRef
+from verifierd.evidence.client_view import EvidenceUnavailable, choice_evidence
 from verifierd.metrics import METRICS, VerifierMetrics
 from verifierd.request_sampling import (
     SamplingNotReproducibleError,
@@ -54,7 +55,6 @@ from verifierd.store import (
     StoredEntry,
     VerdictWrite,
 )
-from verifierd.tokens import TokensUnavailable, reconstruct_tokens
 from verifierd.verdicts import (
     FAIL,
     PASS,
@@ -106,7 +106,6 @@ class _Work:
     requests: tuple[ScoreRequest, ...]
     #: API choice index of each request.
     choice_indices: tuple[int, ...]
-    retokenized: bool
 
 
 class Pipeline:
@@ -273,8 +272,8 @@ class Pipeline:
         jobs = [
             scheduler.Job(
                 w,
-                prompt=w.requests[0].prompt_token_ids,
-                tokens=sum(len(r.prompt_token_ids) + len(r.output_token_ids) for r in w.requests),
+                prompt=w.requests[0].prompt_token_ids or _prompt_key(w.record),
+                tokens=sum(planned_tokens(r) for r in w.requests),
                 requests=len(w.requests),
             )
             for w in work
@@ -327,15 +326,13 @@ class Pipeline:
             record = decode_record(decode_envelope(entry.envelope))
             v = self._verdict(entry, record, commitment, settings, item)
             try:
-                requests, indices, retokenized = score_requests(
-                    record, commitment, model_dir, f"{item.origin}/{item.seq}"
-                )
+                requests, indices = score_requests(record, commitment, f"{item.origin}/{item.seq}")
             except SamplingNotReproducibleError as exc:
                 v = unverifiable(v, exc.reason, exc.detail)
                 done.append((item.key, self._write(entry, record.record_id, v)))
                 continue
-            except TokensUnavailable as exc:
-                v = unverifiable(v, Reason.TOKENS_UNAVAILABLE, exc.reason)
+            except EvidenceUnavailable as exc:
+                v = unverifiable(v, Reason.TOKENS_UNAVAILABLE, str(exc))
                 done.append((item.key, self._write(entry, record.record_id, v)))
                 continue
             except Exception as exc:
@@ -343,7 +340,7 @@ class Pipeline:
                 v = unverifiable(v, Reason.INTERNAL_ERROR, f"{type(exc).__name__}: {exc}")
                 done.append((item.key, self._write(entry, record.record_id, v)))
                 continue
-            work.append(_Work(item, entry, record, requests, indices, retokenized))
+            work.append(_Work(item, entry, record, requests, indices))
         return work, done
 
     def _run_batch(
@@ -363,30 +360,29 @@ class Pipeline:
         self._metrics.batch_records.labels(commitment=commitment.commitment_id).observe(len(batch))
         cost = self._measure(
             batch=batch,
+            results=scored.results,
             commitment=commitment,
             settings=settings,
             engine=engine,
             start_ns=scored.start_ns,
             end_ns=scored.end_ns,
         )
-        batch_tokens = max(
-            1, sum(len(r.prompt_token_ids) + len(r.output_token_ids) for r in requests)
-        )
+        batch_tokens = max(1, sum(_scored_tokens(r) for r in results.values()))
         out = []
         for w in batch:
             v = self._verdict(w.entry, w.record, commitment, settings, w.item)
             v.engine_version = engine.version
-            v.retokenized = w.retokenized
             v.attempts = w.item.attempts + 1
             problems = [rejected[r.request_id] for r in w.requests if r.request_id in rejected]
+            mine = [results[r.request_id] for r in w.requests if r.request_id in results]
             if problems:
                 v = unverifiable(v, Reason.TOKENS_UNAVAILABLE, f"engine refused: {problems[0]}")
             else:
-                _decide(v, [results[r.request_id] for r in w.requests], w.choice_indices, settings)
+                _decide(v, mine, w.choice_indices, settings, w.record.api)
                 v.timings.batch_size = len(batch)
                 v.timings.queued_ns = max(0, scored.start_ns - w.item.enqueued_ns)
             if cost is not None:
-                share = sum(len(r.prompt_token_ids) + len(r.output_token_ids) for r in w.requests)
+                share = sum(_scored_tokens(r) for r in mine)
                 v.cost.CopyFrom(cost)
                 v.cost.activity_seconds = cost.activity_seconds * share / batch_tokens
             out.append((w.item.key, self._write(w.entry, w.record.record_id, v)))
@@ -396,6 +392,7 @@ class Pipeline:
         self,
         *,
         batch: Sequence[_Work],
+        results: Sequence[ScoreResult],
         commitment: Commitment,
         settings: DifrSettings,
         engine: EngineRef,
@@ -404,7 +401,6 @@ class Pipeline:
     ) -> verifier_pb2.ComputeCost | None:
         if self._meter is None:
             return None
-        requests = [r for w in batch for r in w.requests]
         measured = EngineBatch(
             batch_id=uuid.uuid4().hex,
             commitment_id=commitment.commitment_id,
@@ -412,8 +408,8 @@ class Pipeline:
             start_ns=start_ns,
             end_ns=end_ns,
             records=len(batch),
-            prompt_tokens=sum(len(r.prompt_token_ids) for r in requests),
-            completion_tokens=sum(len(r.output_token_ids) for r in requests),
+            prompt_tokens=sum(r.prompt_tokens for r in results),
+            completion_tokens=sum(r.output_tokens for r in results),
             sample_rate=settings.sample_rate,
             traffic_start_ns=min(w.record.request_first_byte_ns for w in batch),
             traffic_end_ns=max(w.record.response_last_byte_ns for w in batch),
@@ -494,30 +490,60 @@ class Pipeline:
 
 
 def score_requests(
-    record: record_pb2.InferenceRecord, commitment: Commitment, model_dir: Path, prefix: str
-) -> tuple[tuple[ScoreRequest, ...], tuple[int, ...], bool]:
-    """One ScoreRequest per choice of ``record`` (ids ``prefix/choice index``), the
-    choices' API indices, and whether any token id was rebuilt from text.
+    record: record_pb2.InferenceRecord, commitment: Commitment, prefix: str
+) -> tuple[tuple[ScoreRequest, ...], tuple[int, ...]]:
+    """One ScoreRequest per choice of ``record`` (ids ``prefix/choice index``) carrying
+    the choice's evidence, and the choices' API indices. The engine renders the
+    prompt and checks or finds the ids (verifierd.engine.evidence_scoring); the id
+    fields hold what the prover claims, or nothing.
 
-    Raises SamplingNotReproducibleError or TokensUnavailable."""
+    Raises SamplingNotReproducibleError or EvidenceUnavailable."""
     api = record.api
     replay = request_replay(
         api.sampling, commitment.generation_defaults, get_profile(commitment.sampler_profile)
     )
-    tokens = reconstruct_tokens(record, model_dir)
+    evidence = choice_evidence(record)
+    indices = tuple(c.index for c in sorted(api.choices, key=lambda c: c.index))
     # Each prompt of a request fans out into n children seeded seed + j.
     n = api.sampling.n if api.sampling.HasField("n") and api.sampling.n > 0 else 1
     requests = tuple(
         ScoreRequest(
-            request_id=f"{prefix}/{c.index}",
-            prompt_token_ids=c.prompt_ids,
-            output_token_ids=c.output_ids,
-            sampling=replay.settings.for_choice(c.index % n, n),
+            request_id=f"{prefix}/{index}",
+            prompt_token_ids=ev.claimed_prompt_ids or (),
+            output_token_ids=ev.claimed_output_ids or (),
+            sampling=replay.settings.for_choice(index % n, n),
             adjustments=replay.adjustments,
+            evidence=ev,
         )
-        for c in tokens.choices
+        for index, ev in zip(indices, evidence, strict=True)
     )
-    return requests, tuple(c.index for c in tokens.choices), tokens.retokenized
+    return requests, indices
+
+
+#: Bytes per token assumed when planning a batch before the engine knows the ids.
+_BYTES_PER_TOKEN = 3
+
+
+def planned_tokens(request: ScoreRequest) -> int:
+    """Tokens a request is planned at: its ids, else an estimate from its text."""
+    ev = request.evidence
+    prompt = len(request.prompt_token_ids)
+    output = len(request.output_token_ids)
+    if ev is not None:
+        prompt = prompt or len(ev.request_json.encode()) // _BYTES_PER_TOKEN
+        output = output or len(ev.text.encode()) // _BYTES_PER_TOKEN + 1
+    return prompt + output
+
+
+def _prompt_key(record: record_pb2.InferenceRecord) -> tuple[int, ...]:
+    """A batch-order key for a record whose prompt ids are not known yet: its prompt
+    as captured, so the turns of a conversation (a growing messages list) sort
+    next to each other."""
+    return tuple(record.api.prompt_json.encode())
+
+
+def _scored_tokens(result: ScoreResult) -> int:
+    return result.prompt_tokens + result.output_tokens
 
 
 def _describe(v: verifier_pb2.Verdict, commitment: Commitment, settings: DifrSettings) -> None:
@@ -533,16 +559,58 @@ def _decide(
     results: Sequence[ScoreResult],
     choice_indices: Sequence[int],
     settings: DifrSettings,
+    api: record_pb2.ApiView,
 ) -> None:
-    """PASS or FAIL on the worst choice's score."""
-    worst = max(range(len(results)), key=lambda i: results[i].difr.score)
-    difr = results[worst].difr
-    v.status = PASS if difr.passes(settings.threshold) else FAIL
+    """FAIL on a contradicted claim, UNVERIFIABLE when a choice could not be scored,
+    else PASS or FAIL on the worst choice's score."""
+    findings = [(i, r.finding) for i, r in enumerate(results) if r.finding is not None]
+    fails = [(i, f) for i, f in findings if f.fails]
+    usage = None if findings else _usage_problem(api, results)
+    if fails:
+        worst = fails[0][0]
+    elif findings:
+        worst = findings[0][0]
+    else:
+        worst = max(range(len(results)), key=lambda i: results[i].difr.score)
+    result = results[worst]
+    difr = result.difr
     v.score = difr.score
     v.token_count = difr.n_tokens
     v.exact_matches = difr.exact_matches
     v.out_of_mask = difr.out_of_mask
     v.margins_f16 = difr.margins_f16()
     v.choice_index = choice_indices[worst]
+    v.retokenized = result.searched
+    v.tokenization_restarts = result.restarts
     v.timings.prefill_ns = sum(r.prefill_ns for r in results)
     v.timings.scoring_ns = sum(r.scoring_ns for r in results)
+    finding = fails[0][1] if fails else (findings[0][1] if findings else None)
+    if finding is not None and not finding.fails:
+        unverifiable(v, finding.reason, finding.detail)
+    elif finding is not None:
+        v.status, v.reason, v.detail = FAIL, finding.reason.value, finding.detail
+    elif usage is not None:
+        v.status, v.reason, v.detail = FAIL, Reason.USAGE_MISMATCH.value, usage
+    elif difr.passes(settings.threshold):
+        v.status = PASS
+    else:
+        v.status, v.reason = FAIL, Reason.SCORE_OVER_THRESHOLD.value
+
+
+def _usage_problem(api: record_pb2.ApiView, results: Sequence[ScoreResult]) -> str | None:
+    """How the response's usage counts disagree with what was scored, or None.
+
+    vLLM counts each distinct prompt once (choices of one prompt share it) and
+    every output token of every choice, the end token included."""
+    if not api.HasField("usage"):
+        return None
+    usage = api.usage
+    completion = sum(r.output_tokens for r in results)
+    n = api.sampling.n if api.sampling.HasField("n") and api.sampling.n > 0 else 1
+    prompt = sum(r.prompt_tokens for r in results[::n])
+    if usage.completion_tokens != completion or usage.prompt_tokens != prompt:
+        return (
+            f"usage says {usage.prompt_tokens} prompt + {usage.completion_tokens} completion "
+            f"tokens; scored {prompt} + {completion}"
+        )
+    return None

@@ -28,7 +28,7 @@ SKIPPED = verifier_pb2.VERDICT_STATUS_SKIPPED
 
 
 class Reason(StrEnum):
-    """Why a record got UNVERIFIABLE or SKIPPED (``Verdict.reason``)."""
+    """Why a record got FAIL, UNVERIFIABLE or SKIPPED (``Verdict.reason``)."""
 
     #: Sampled at temperature > 0 without a seed: the noise cannot be rebuilt.
     NO_SEED = "no_seed"
@@ -56,6 +56,24 @@ class Reason(StrEnum):
     #: verifierd itself failed on this record (a bug; the detail and the log say
     #: what). The record is closed rather than stopping the daemon on it.
     INTERNAL_ERROR = "internal_error"
+
+    # FAIL reasons: a prover claim contradicts the captured request or text.
+    #: The claimed prompt ids are not what the captured request renders to.
+    PROMPT_MISMATCH = "prompt_mismatch"
+    #: The claimed output ids do not detokenize to the text the client received.
+    TOKEN_TEXT_MISMATCH = "token_text_mismatch"
+    #: ``finish_reason`` / ``stop_reason`` disagree with the request and the output.
+    FINISH_MISMATCH = "finish_mismatch"
+    #: ``usage`` counts disagree with what was scored.
+    USAGE_MISMATCH = "usage_mismatch"
+    #: The Token-DiFR score is over the threshold.
+    SCORE_OVER_THRESHOLD = "score_over_threshold"
+
+    # UNVERIFIABLE reasons of the evidence path.
+    #: No token sequence was found within the search's restart bound.
+    TOKENIZATION_SEARCH_EXHAUSTED = "tokenization_search_exhausted"
+    #: The committed engine refuses to render the captured request.
+    REQUEST_NOT_RENDERED = "request_not_rendered"
 
 
 class VerdictSignatureError(VerifierdError):

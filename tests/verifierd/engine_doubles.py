@@ -12,7 +12,9 @@ test steer it through the request ids and model path:
 - ``VERITAP_FAKE_BATCH_S`` in the environment: seconds each batch takes.
 
 Margins: 0 for every output token, except token ids >= 1000, which score 1.0
-(a "dishonest" token). The real backend's tests live beside these.
+(a "dishonest" token). A request without output ids is scored on the code points
+of its evidence's text, as if each character were a token. The real backend's
+tests live beside these.
 """
 
 from __future__ import annotations
@@ -56,9 +58,20 @@ class FakeBackend:
                 os._exit(17)
             if "fail" in r.request_id:
                 raise RuntimeError("the engine failed this batch")
-            raw = np.array([1.0 if t >= 1000 else 0.0 for t in r.output_token_ids])
+            output = r.output_token_ids
+            if not output and r.evidence is not None:
+                output = tuple(ord(c) for c in r.evidence.text)
+            raw = np.array([1.0 if t >= 1000 else 0.0 for t in output])
             out.append(
-                ScoreResult(r.request_id, DifrResult.from_raw_margins(raw, delta_max), 1000, 10, 5)
+                ScoreResult(
+                    r.request_id,
+                    DifrResult.from_raw_margins(raw, delta_max),
+                    1000,
+                    10,
+                    5,
+                    prompt_tokens=len(r.prompt_token_ids),
+                    output_tokens=len(output),
+                )
             )
         return out
 

@@ -40,18 +40,24 @@ def make_record(x: Exchange) -> record_pb2.InferenceRecord:
         sampling.n = len(x.outputs)
         params["n"] = len(x.outputs)
     sampling.params_json = json.dumps(params, sort_keys=True)
+    messages = [{"role": "user", "content": "hi"}]
     record = record_pb2.InferenceRecord(
         record_id=x.record_id,
         origin="edge",
         request_first_byte_ns=1_000,
         response_last_byte_ns=2_000,
         quality=x.quality,
+        request=record_pb2.HttpRequest(
+            method="POST",
+            target="/v1/chat/completions",
+            body=json.dumps({**params, "messages": messages}).encode(),
+        ),
         response=record_pb2.HttpResponse(status=x.status),
         api=record_pb2.ApiView(
             dialect="openai-chat",
             model=x.model,
             sampling=sampling,
-            prompt_json=json.dumps([{"role": "user", "content": "hi"}]),
+            prompt_json=json.dumps(messages),
             prompt_token_ids=record_pb2.TokenIds(ids=list(x.prompt_ids)),
         ),
     )

@@ -126,14 +126,14 @@ def test_every_record_gets_exactly_one_signed_verdict(rig: Rig) -> None:
     }
     expected = {
         "honest": (PASS, ""),
-        "dishonest": (FAIL, ""),
+        "dishonest": (FAIL, "score_over_threshold"),
         "gap": (UNVERIFIABLE, "capture_gap"),
         "unseeded": (UNVERIFIABLE, "no_seed"),
         "greedy-unseeded": (PASS, ""),
         "other-model": (UNVERIFIABLE, "unknown_commitment"),
         "http-error": (UNVERIFIABLE, "no_output"),
         "json-mode": (UNVERIFIABLE, "sampler_not_reproducible"),
-        "two-choices": (FAIL, ""),
+        "two-choices": (FAIL, "score_over_threshold"),
         "long-honest": (PASS, ""),
         "refused": (UNVERIFIABLE, "tokens_unavailable"),
     }
@@ -190,14 +190,14 @@ def test_sample_rate_override_skips(rig: Rig) -> None:
 def test_a_failure_on_one_record_closes_it_and_goes_on(
     rig: Rig, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    real = pipeline_module.reconstruct_tokens
+    real = pipeline_module.choice_evidence
 
-    def flaky(record: record_pb2.InferenceRecord, model_dir: Path) -> object:
+    def flaky(record: record_pb2.InferenceRecord) -> object:
         if record.record_id == "poison":
             raise RuntimeError("bug")
-        return real(record, model_dir)
+        return real(record)
 
-    monkeypatch.setattr(pipeline_module, "reconstruct_tokens", flaky)
+    monkeypatch.setattr(pipeline_module, "choice_evidence", flaky)
     ingest(rig.store, "edge", [Exchange("poison"), Exchange("fine")])
     rig.drain()
     poison, fine = (v.verdict for v in rig.verdicts("edge"))

@@ -81,7 +81,6 @@ def run(args: argparse.Namespace) -> int:
                 honest_requests(
                     store,
                     commitment,
-                    model_dir,
                     origins=args.origin or (),
                     from_seq=args.from_seq,
                     to_seq=args.to_seq,

@@ -77,15 +77,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from verifierd.difr import (
     DEFAULT_CHUNK_ROWS,
     DifrResult,
     SamplingSettings,
     reproducibility_problem,
 )
+from verifierd.engine.evidence_scoring import EvidenceResolver, PassInput, Resolution
 from verifierd.engine.placement import cpu_thread_binding
 from verifierd.engine.scoring_job import JobOutcome, JobSpec
 from verifierd.errors import VerifierdError
+from verifierd.evidence.claims import Finding
+from verifierd.evidence.client_view import ChoiceEvidence
+from verifierd.evidence.search import PassResult
 from verifierd.logit_adjustments import NEUTRAL, LogitAdjustments
 from verifierd.samplers import get_profile
 
@@ -144,11 +150,16 @@ class EngineSpec:
 
 @dataclass(frozen=True)
 class ScoreRequest:
+    """One response to score: token ids as given, or (with ``evidence``) the client's
+    view, from which the engine renders the prompt and checks or finds the ids
+    (`evidence_scoring`); the id fields are then estimates for batch planning."""
+
     request_id: str
     prompt_token_ids: tuple[int, ...]
     output_token_ids: tuple[int, ...]
     sampling: SamplingSettings
     adjustments: LogitAdjustments = NEUTRAL
+    evidence: ChoiceEvidence | None = None
 
 
 @dataclass(frozen=True)
@@ -161,6 +172,16 @@ class ScoreResult:
     scoring_ns: int
     #: Engine compute_logits time for this response's scored rows (inside prefill_ns).
     logits_ns: int
+    #: Evidence requests: a contradicted claim (FAIL) or why the choice cannot be
+    #: scored (UNVERIFIABLE); ``difr`` then scores what could be scored, if anything.
+    finding: Finding | None = None
+    #: Evidence requests: tokenization-search restarts, and whether the output ids
+    #: were found from the text (False: claimed and checked, or given).
+    restarts: int = 0
+    searched: bool = False
+    #: The ids scored (evidence requests: the rendered prompt, the checked or found output).
+    prompt_tokens: int = 0
+    output_tokens: int = 0
 
 
 @dataclass(frozen=True)
@@ -210,6 +231,7 @@ class EngineBackend:
         self.logits_width = logits_width
         self.version = version
         self._job_ids = itertools.count()
+        self._evidence = EvidenceResolver(llm, logits_width, spec.max_model_len)
 
     @classmethod
     def load(cls, spec: EngineSpec) -> EngineBackend:
@@ -252,15 +274,23 @@ class EngineBackend:
         return backend
 
     def check_request(self, request: ScoreRequest, profile_name: str) -> str | None:
-        """Why ``request`` cannot be scored with ``profile_name``, or None."""
+        """Why ``request`` cannot be scored with ``profile_name``, or None (an evidence
+        request's ids are checked when they are known: see `score`)."""
+        if request.evidence is not None:
+            return self._adjustments_problem(request, profile_name)
         if not request.prompt_token_ids:
             return "empty prompt"
         total = len(request.prompt_token_ids) + len(request.output_token_ids)
         if total > self.spec.max_model_len:
             return f"{total} tokens exceed max_model_len {self.spec.max_model_len}"
         ids = request.prompt_token_ids + request.output_token_ids
-        ids += request.adjustments.token_ids()
         if min(ids) < 0 or max(ids) >= self.logits_width:
+            return f"token id outside the model's {self.logits_width} logits"
+        return self._adjustments_problem(request, profile_name)
+
+    def _adjustments_problem(self, request: ScoreRequest, profile_name: str) -> str | None:
+        ids = request.adjustments.token_ids()
+        if ids and (min(ids) < 0 or max(ids) >= self.logits_width):
             return f"token id outside the model's {self.logits_width} logits"
         if request.adjustments.bad_words:
             problem = self._bad_words_problem(request.adjustments.bad_words)
@@ -288,7 +318,9 @@ class EngineBackend:
         delta_max: float,
         chunk_rows: int = DEFAULT_CHUNK_ROWS,
     ) -> list[ScoreResult]:
-        """Recompute and score every request in one engine call (results in order).
+        """Recompute and score every request in as few engine calls as the evidence
+        allows (results in order): one call for requests with ids, one more per
+        round of the tokenization search.
 
         Raises ScoreRequestError, before running anything, for a request that
         `check_request` refuses."""
@@ -299,54 +331,111 @@ class EngineBackend:
                 raise ScoreRequestError(r.request_id, problem)
         if not requests:
             return []
+        t0 = time.perf_counter_ns()
+        by_index = dict(enumerate(requests))
+
+        def run_passes(passes: Sequence[PassInput]) -> list[PassResult]:
+            outcomes = self._run_passes(passes, by_index, profile_name, chunk_rows)
+            return [PassResult(o.margins(), o.best()) for o in outcomes]
+
+        resolutions: list[Resolution | None] = [None] * len(requests)
+        evidence_at = [i for i, r in enumerate(requests) if r.evidence is not None]
+        if evidence_at:
+            evidence = [e for i in evidence_at if (e := requests[i].evidence) is not None]
+            resolved = self._evidence.resolve(evidence, run_passes)
+            for i, resolution in zip(evidence_at, resolved, strict=True):
+                resolutions[i] = resolution
+        ids = [
+            (r.prompt_token_ids, r.output_token_ids) if res is None else (res.prompt, res.output)
+            for r, res in zip(requests, resolutions, strict=True)
+        ]
+        # Everything with ids and no margins yet: one pass over the whole output.
+        plain = [
+            PassInput(i, prompt, output, 0, False)
+            for i, ((prompt, output), res) in enumerate(zip(ids, resolutions, strict=True))
+            if res is None or (res.margins is None and res.finding is None)
+        ]
+        outcomes = dict(
+            zip(
+                (p.index for p in plain),
+                self._run_passes(plain, by_index, profile_name, chunk_rows),
+                strict=True,
+            )
+        )
+        engine_ns = max(
+            0, time.perf_counter_ns() - t0 - sum(o.scoring_ns for o in outcomes.values())
+        )
+        total_tokens = max(1, sum(len(a) + len(b) for a, b in ids))
+        results = []
+        for i, (r, res) in enumerate(zip(requests, resolutions, strict=True)):
+            outcome = outcomes.get(i)
+            if outcome is not None:
+                raw = outcome.margins()
+            else:
+                raw = res.margins if res is not None and res.margins is not None else np.zeros(0)
+            prompt, output = ids[i]
+            results.append(
+                ScoreResult(
+                    request_id=r.request_id,
+                    difr=DifrResult.from_raw_margins(raw, delta_max),
+                    prefill_ns=engine_ns * (len(prompt) + len(output)) // total_tokens,
+                    scoring_ns=0 if outcome is None else outcome.scoring_ns,
+                    logits_ns=0 if outcome is None else outcome.logits_ns,
+                    finding=None if res is None else res.finding,
+                    restarts=0 if res is None else res.restarts,
+                    searched=res is not None and res.searched,
+                    prompt_tokens=len(prompt),
+                    output_tokens=len(output),
+                )
+            )
+        return results
+
+    def _run_passes(
+        self,
+        passes: Sequence[PassInput],
+        requests: dict[int, ScoreRequest],
+        profile_name: str,
+        chunk_rows: int,
+    ) -> list[JobOutcome]:
+        """One engine call scoring every pass (a rerun without prefix-cache reads for
+        jobs a cache hit cut short); raises EngineBackendError when a job failed."""
+        if not passes:
+            return []
         specs = [
             JobSpec(
                 job_id=f"j{next(self._job_ids)}",
-                prompt_len=len(r.prompt_token_ids),
-                n_out=len(r.output_token_ids),
-                sampling=r.sampling,
+                prompt_len=len(p.prompt),
+                n_out=len(p.output),
+                sampling=requests[p.index].sampling,
                 profile=profile_name,
                 chunk_rows=chunk_rows,
-                adjustments=r.adjustments,
+                adjustments=requests[p.index].adjustments,
+                score_from=p.score_from,
+                lookahead=p.lookahead,
             )
-            for r in requests
+            for p in passes
         ]
-        t0 = time.perf_counter_ns()
-        outcomes = self._run_jobs(requests, specs, skip_cache=False)
+        sequences = [(*p.prompt, *p.output) for p in passes]
+        outcomes = self._run_jobs(sequences, specs, skip_cache=False)
         retry = [i for i, o in enumerate(outcomes) if _PREFIX_CACHE_MISS in o.error]
         if retry:
             log.info("rerunning without prefix-cache reads", extra={"jobs": len(retry)})
             again = self._run_jobs(
-                [requests[i] for i in retry], [specs[i] for i in retry], skip_cache=True
+                [sequences[i] for i in retry], [specs[i] for i in retry], skip_cache=True
             )
             for i, outcome in zip(retry, again, strict=True):
                 outcomes[i] = outcome
-        wall = time.perf_counter_ns() - t0
         failed = [o for o in outcomes if o.error]
         if failed:
             raise EngineBackendError(f"scoring failed: {failed[0].error}")
-        engine_ns = max(0, wall - sum(o.scoring_ns for o in outcomes))
-        tokens = [len(r.prompt_token_ids) + len(r.output_token_ids) for r in requests]
-        total_tokens = sum(tokens)
-        return [
-            ScoreResult(
-                request_id=r.request_id,
-                difr=DifrResult.from_raw_margins(o.margins(), delta_max),
-                prefill_ns=engine_ns * n // total_tokens,
-                scoring_ns=o.scoring_ns,
-                logits_ns=o.logits_ns,
-            )
-            for r, o, n in zip(requests, outcomes, tokens, strict=True)
-        ]
+        return outcomes
 
     def _run_jobs(
-        self, requests: Sequence[ScoreRequest], specs: Sequence[JobSpec], skip_cache: bool
+        self, sequences: Sequence[tuple[int, ...]], specs: Sequence[JobSpec], skip_cache: bool
     ) -> list[JobOutcome]:
         from vllm import SamplingParams
 
-        prompts = [
-            {"prompt_token_ids": [*r.prompt_token_ids, *r.output_token_ids]} for r in requests
-        ]
+        prompts = [{"prompt_token_ids": list(ids)} for ids in sequences]
         params = [
             SamplingParams(
                 temperature=0.0,

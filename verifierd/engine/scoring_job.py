@@ -26,7 +26,7 @@ import numpy as np
 import numpy.typing as npt
 import torch
 
-from verifierd.difr import SamplingSettings, open_stream, token_margins
+from verifierd.difr import SamplingSettings, open_stream, token_scores
 from verifierd.errors import VerifierdError
 from verifierd.logit_adjustments import (
     NEUTRAL,
@@ -43,7 +43,7 @@ JOB_KEY = "veritap_difr_job"
 log = logging.getLogger(__name__)
 
 ComputeLogits = Callable[[torch.Tensor], torch.Tensor | None]
-OutcomeTuple = tuple[str, bytes, str, int, int]
+OutcomeTuple = tuple[str, bytes, bytes, str, int, int]
 
 
 class ScoringJobError(VerifierdError):
@@ -59,6 +59,12 @@ class JobSpec:
     profile: str
     chunk_rows: int
     adjustments: LogitAdjustments = NEUTRAL
+    #: Output positions before this one are not scored (an earlier pass did): the
+    #: prefix cache may serve them.
+    score_from: int = 0
+    #: Also report the sampler's pick after the last output token (the row that
+    #: predicts what would follow it); its margin is not reported.
+    lookahead: bool = False
 
     def to_extra(self) -> dict[str, object]:
         s = self.sampling
@@ -75,6 +81,8 @@ class JobSpec:
                 "profile": self.profile,
                 "chunk_rows": self.chunk_rows,
                 "adjustments": self.adjustments.to_json(),
+                "score_from": self.score_from,
+                "lookahead": self.lookahead,
             }
         }
 
@@ -100,6 +108,8 @@ class JobSpec:
                 profile=str(d["profile"]),
                 chunk_rows=int(d["chunk_rows"]),
                 adjustments=LogitAdjustments.from_json(d["adjustments"]),
+                score_from=int(d["score_from"]),
+                lookahead=bool(d["lookahead"]),
             )
         except (KeyError, TypeError, ValueError, LogitAdjustmentError) as exc:
             raise ScoringJobError(f"bad {JOB_KEY}: {exc}") from exc
@@ -108,8 +118,12 @@ class JobSpec:
 @dataclass(frozen=True)
 class JobOutcome:
     job_id: str
-    #: Raw margins, float64 little-endian (+inf = claimed token outside the mask).
+    #: Raw margins of output positions [score_from, n_out), float64 little-endian
+    #: (+inf = claimed token outside the mask).
     raw_margins: bytes
+    #: The sampler's own pick at the same positions (and the lookahead row when
+    #: asked), int64 little-endian.
+    raw_best: bytes
     #: Empty when the job completed.
     error: str
     #: Mask + noise + margin time (excludes the lm_head that made the logits).
@@ -118,16 +132,28 @@ class JobOutcome:
     logits_ns: int
 
     def to_tuple(self) -> OutcomeTuple:
-        return (self.job_id, self.raw_margins, self.error, self.scoring_ns, self.logits_ns)
+        return (
+            self.job_id,
+            self.raw_margins,
+            self.raw_best,
+            self.error,
+            self.scoring_ns,
+            self.logits_ns,
+        )
 
     @classmethod
     def from_tuple(cls, t: Sequence[Any]) -> JobOutcome:
         """From `to_tuple`'s value (a list after a MessagePack round trip)."""
-        job_id, raw, error, scoring_ns, logits_ns = t
-        return cls(str(job_id), bytes(raw), str(error), int(scoring_ns), int(logits_ns))
+        job_id, raw, best, error, scoring_ns, logits_ns = t
+        return cls(
+            str(job_id), bytes(raw), bytes(best), str(error), int(scoring_ns), int(logits_ns)
+        )
 
     def margins(self) -> npt.NDArray[np.float64]:
         return np.frombuffer(self.raw_margins, dtype="<f8").astype(np.float64)
+
+    def best(self) -> npt.NDArray[np.int64]:
+        return np.frombuffer(self.raw_best, dtype="<i8").astype(np.int64)
 
 
 class ScoringJob:
@@ -158,9 +184,10 @@ class ScoringJob:
         self._plan: AdjustmentPlan | None = None
         self._sampling = spec.sampling.effective()
         self._first = spec.prompt_len - 1
-        self._end = self._first + spec.n_out
-        self._next = self._first
+        self._end = self._first + spec.n_out + (1 if spec.lookahead else 0)
+        self._next = self._first + spec.score_from
         self._parts: list[torch.Tensor] = []
+        self._best: list[torch.Tensor] = []
         self._stream: NoiseStream | None = None
         self._width = width
         self._device = device
@@ -172,6 +199,9 @@ class ScoringJob:
         self.holds_logits: bool | None = None
         if spec.prompt_len < 1 or spec.n_out < 0:
             self.error = "prompt must have at least one token"
+            self._stopped = True
+        elif not 0 <= spec.score_from <= spec.n_out:
+            self.error = f"score_from {spec.score_from} outside the {spec.n_out} output tokens"
             self._stopped = True
 
     @property
@@ -221,15 +251,30 @@ class ScoringJob:
             self._stream = open_stream(
                 self._sampling, profile, self.spec.prompt_len, self._width, self._device
             )
+            if self._stream is not None:
+                self._stream.skip(a - self._first)
         n = z.shape[0]
         start = a - self._first
-        if not self.spec.adjustments.is_neutral:
+        # The lookahead row has no claimed token: any id serves, its margin is dropped.
+        following = list(token_ids[a + 1 : a + 1 + n])
+        k = len(following)
+        adjusted = not self.spec.adjustments.is_neutral
+        if adjusted:
             if self._plan is None:
                 self._plan = self._adjustment_plan(token_ids, z)
-            z = self._plan.apply(z, start)
-        claimed = torch.tensor(token_ids[a + 1 : a + 1 + n], dtype=torch.int64)
-        margins = token_margins(z, claimed, self._sampling, self._stream, start)
-        self._parts.append(margins.to("cpu"))
+            z = (
+                self._plan.apply(z, start)
+                if k == n
+                else torch.cat([self._plan.apply(z[:k], start), z[k:]])
+            )
+        claimed = torch.tensor(following + [0] * (n - k), dtype=torch.int64)
+        scored = token_scores(z, claimed, self._sampling, self._stream, start)
+        best = scored.best.to("cpu")
+        if adjusted and k < n:
+            # The adjustments are defined for output rows only: no pick after the end.
+            best[k:] = -1
+        self._parts.append(scored.margins[:k].to("cpu"))
+        self._best.append(best)
 
     def _adjustment_plan(self, token_ids: Sequence[int], z: torch.Tensor) -> AdjustmentPlan:
         spec = self.spec
@@ -246,9 +291,11 @@ class ScoringJob:
 
     def outcome(self) -> JobOutcome:
         raw = torch.cat(self._parts) if self._parts else torch.zeros(0, dtype=torch.float64)
+        best = torch.cat(self._best) if self._best else torch.zeros(0, dtype=torch.int64)
         return JobOutcome(
             job_id=self.spec.job_id,
             raw_margins=raw.numpy().astype("<f8").tobytes(),
+            raw_best=best.numpy().astype("<i8").tobytes(),
             error=self.error,
             scoring_ns=self.scoring_ns,
             logits_ns=self.logits_ns,

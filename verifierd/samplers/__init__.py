@@ -12,6 +12,7 @@ One module per profile; `get_profile(name)` returns the one a commitment names:
 from verifierd.samplers.profile import (
     NoiseStream,
     NotReproducibleError,
+    RowScores,
     SamplerError,
     SamplerProfile,
     StreamOrderError,
@@ -23,6 +24,7 @@ __all__ = [
     "PROFILE_NAMES",
     "NoiseStream",
     "NotReproducibleError",
+    "RowScores",
     "SamplerError",
     "SamplerProfile",
     "StreamOrderError",

@@ -20,7 +20,7 @@ Noise width is always the model's logits dimension, never len(tokenizer).
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import ClassVar
+from typing import ClassVar, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -47,13 +47,23 @@ class StreamOrderError(SamplerError):
     """A stateful noise stream was read out of order."""
 
 
+class RowScores(NamedTuple):
+    """What the sampler makes of rows of logits: the claimed tokens' margins and
+    the token it picks itself (the argmax of its objective)."""
+
+    #: float64 [n], >= 0, +inf where the claimed token is outside the mask.
+    margins: torch.Tensor
+    #: int64 [n], on the device of the margins.
+    best: torch.Tensor
+
+
 class NoiseStream(ABC):
     """The noise of one response, read in order of output position.
 
     Stateful streams (a torch.Generator replayed step by step) accept each row
     range once, starting where the previous one stopped; stateless ones accept
-    any range. `gumbel` and `margins` read the same rows, so use one of them
-    per range.
+    any range. `gumbel`, `score` and `margins` read the same rows, so use one of
+    them per range; `skip` passes rows over without computing them.
     """
 
     def __init__(self, width: int) -> None:
@@ -65,15 +75,24 @@ class NoiseStream(ABC):
     def gumbel(self, start: int, stop: int) -> torch.Tensor:
         """Gumbel values G for output positions [start, stop): float64 [stop-start, width]."""
 
-    def margins(self, x: torch.Tensor, claimed: torch.Tensor, start: int) -> torch.Tensor:
-        """Sampler-space margins of ``claimed`` for positions [start, start + len(x)).
+    def score(self, x: torch.Tensor, claimed: torch.Tensor, start: int) -> RowScores:
+        """Sampler-space margins of ``claimed`` for positions [start, start + len(x))
+        and the sampler's own picks there.
 
         ``x``: float32 [n, width] logits after temperature and the sampling mask
-        (-inf outside it); ``claimed``: int64 [n]. Returns float64 [n], >= 0,
-        +inf where the claimed token is outside the mask.
+        (-inf outside it); ``claimed``: int64 [n].
         """
         scores = x.to(torch.float64) + self.gumbel(start, start + x.shape[0]).to(x.device)
         return margin_of(scores, claimed)
+
+    def margins(self, x: torch.Tensor, claimed: torch.Tensor, start: int) -> torch.Tensor:
+        """`score`'s margins alone: float64 [n], >= 0, +inf outside the mask."""
+        return self.score(x, claimed, start).margins
+
+    def skip(self, stop: int) -> None:
+        """Pass over the rows before ``stop`` that were not read (a stateful stream
+        draws them; a stateless one has nothing to do)."""
+        return None
 
 
 class SamplerProfile(ABC):
@@ -98,9 +117,11 @@ class SamplerProfile(ABC):
         return out
 
 
-def margin_of(scores: torch.Tensor, claimed: torch.Tensor) -> torch.Tensor:
-    """max_j s_j - s_y per row in float64; +inf where s_y is -inf (outside the mask)."""
-    best = scores.max(dim=1).values
+def margin_of(scores: torch.Tensor, claimed: torch.Tensor) -> RowScores:
+    """max_j s_j - s_y per row in float64 (+inf where s_y is -inf: outside the mask),
+    and argmax_j s_j (the first index among ties, as torch.argmax and vLLM's kernels)."""
+    top = scores.max(dim=1)
     mine = scores.gather(1, claimed.view(-1, 1).to(scores.device)).view(-1)
-    out = best.to(torch.float64) - mine.to(torch.float64)
-    return torch.where(torch.isneginf(mine), torch.inf, out.clamp_min(0.0))
+    out = top.values.to(torch.float64) - mine.to(torch.float64)
+    margins = torch.where(torch.isneginf(mine), torch.inf, out.clamp_min(0.0))
+    return RowScores(margins, scores.argmax(dim=1))

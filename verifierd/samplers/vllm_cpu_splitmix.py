@@ -29,7 +29,13 @@ from collections.abc import Callable
 import torch
 
 from verifierd.samplers.int_bits import shr64, u64
-from verifierd.samplers.profile import CPU, NoiseStream, SamplerProfile, StreamOrderError
+from verifierd.samplers.profile import (
+    CPU,
+    NoiseStream,
+    RowScores,
+    SamplerProfile,
+    StreamOrderError,
+)
 
 GAMMA = u64(0x9E3779B97F4A7C15)
 _MIX1 = u64(0xBF58476D1CE4E5B9)
@@ -87,9 +93,12 @@ class SplitmixStream(NoiseStream):
         seeds = self.step_seeds(start, stop).view(-1, 1)
         return gumbel_at(seeds, torch.arange(self.width, dtype=torch.int64).view(1, -1))
 
-    def margins(self, x: torch.Tensor, claimed: torch.Tensor, start: int) -> torch.Tensor:
+    def skip(self, stop: int) -> None:
+        self.step_seeds(0, stop)
+
+    def score(self, x: torch.Tensor, claimed: torch.Tensor, start: int) -> RowScores:
         if self._kernel is None or x.device.type != "cpu":
-            return super().margins(x, claimed, start)
+            return super().score(x, claimed, start)
         seeds = self.step_seeds(start, start + x.shape[0])
         x = x.to(torch.float32).contiguous()
         claimed = claimed.to(torch.int64).view(-1)
@@ -98,7 +107,8 @@ class SplitmixStream(NoiseStream):
         x_mine = x.gather(1, claimed.view(-1, 1)).view(-1).to(torch.float64)
         s_best = x_best + gumbel_at(seeds, best)
         s_mine = x_mine + gumbel_at(seeds, claimed)
-        return torch.where(torch.isneginf(x_mine), torch.inf, (s_best - s_mine).clamp_min(0.0))
+        margins = torch.where(torch.isneginf(x_mine), torch.inf, (s_best - s_mine).clamp_min(0.0))
+        return RowScores(margins, best.to(torch.int64).view(-1))
 
 
 class VllmCpuSplitmix(SamplerProfile):

@@ -30,7 +30,10 @@ from __future__ import annotations
 
 import torch
 
-from verifierd.samplers.profile import NoiseStream, SamplerProfile, StreamOrderError
+from verifierd.samplers.profile import NoiseStream, RowScores, SamplerProfile, StreamOrderError
+
+#: Rows drawn at once when a stream skips ahead (bounds the temporary).
+_SKIP_ROWS = 64
 
 
 class ExponentialStream(NoiseStream):
@@ -59,17 +62,24 @@ class ExponentialStream(NoiseStream):
     def gumbel(self, start: int, stop: int) -> torch.Tensor:
         return -torch.log(self.exponential_rows(start, stop).to(torch.float64))
 
-    def margins(self, x: torch.Tensor, claimed: torch.Tensor, start: int) -> torch.Tensor:
+    def skip(self, stop: int) -> None:
+        """Draw the rows before ``stop`` a few at a time (each row is width draws)."""
+        while self._next < stop:
+            self.exponential_rows(self._next, min(stop, self._next + _SKIP_ROWS))
+
+    def score(self, x: torch.Tensor, claimed: torch.Tensor, start: int) -> RowScores:
         q = self.exponential_rows(start, start + x.shape[0])
         probs = x.softmax(dim=-1, dtype=torch.float32)
         # vLLM's sample_with_exponential_noise: same dtype divides, fp64 q multiplies.
         scores = probs.div_(q) if q.dtype == probs.dtype else q.reciprocal_().mul_(probs)
         claimed = claimed.to(torch.int64).view(-1, 1).to(scores.device)
-        best = scores.max(dim=1).values.to(torch.float64)
+        top = scores.max(dim=1)
+        best = top.values.to(torch.float64)
         mine = scores.gather(1, claimed).view(-1).to(torch.float64)
         masked = torch.isneginf(x.gather(1, claimed).view(-1))
         out = (torch.log(best) - torch.log(mine)).clamp_min(0.0)
-        return torch.where(masked | (mine == 0), torch.inf, out)
+        margins = torch.where(masked | (mine == 0), torch.inf, out)
+        return RowScores(margins, scores.argmax(dim=1))
 
 
 class VllmV1Exponential(SamplerProfile):

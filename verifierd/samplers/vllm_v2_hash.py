@@ -32,7 +32,7 @@ from collections.abc import Callable
 import torch
 
 from verifierd.samplers.int_bits import MASK32, mul32, rotl32, shr64
-from verifierd.samplers.profile import NoiseStream, SamplerProfile
+from verifierd.samplers.profile import NoiseStream, RowScores, SamplerProfile, margin_of
 
 DOMAIN_HI = 0x9E3779B9
 _F32_MIN_ONE_MINUS = 5.960464477539063e-08
@@ -159,14 +159,12 @@ class HashStream(NoiseStream):
     def gumbel(self, start: int, stop: int) -> torch.Tensor:
         return self._noise(start, stop).to(torch.float64)
 
-    def margins(self, x: torch.Tensor, claimed: torch.Tensor, start: int) -> torch.Tensor:
+    def score(self, x: torch.Tensor, claimed: torch.Tensor, start: int) -> RowScores:
         dtype = torch.float64 if self._fp64 else torch.float32
         claimed = claimed.to(torch.int64).view(-1).to(x.device)
         if self._sampler is None or x.device.type != "cuda":
             scores = x.to(dtype) + self._noise(start, start + x.shape[0]).to(x.device)
-            best = scores.max(dim=1).values.to(torch.float64)
-            mine = scores.gather(1, claimed.view(-1, 1)).view(-1).to(torch.float64)
-            return torch.where(torch.isneginf(mine), torch.inf, (best - mine).clamp_min(0.0))
+            return margin_of(scores, claimed)
         n = x.shape[0]
         pos = self._positions(start, start + n, x.device)
         top = self._sampler(
@@ -183,7 +181,8 @@ class HashStream(NoiseStream):
         x_mine = x.gather(1, claimed.view(-1, 1)).view(-1).to(dtype)
         s_top = (x_top + self._noise_at(pos, top)).to(torch.float64)
         s_mine = (x_mine + self._noise_at(pos, claimed)).to(torch.float64)
-        return torch.where(torch.isneginf(x_mine), torch.inf, (s_top - s_mine).clamp_min(0.0))
+        margins = torch.where(torch.isneginf(x_mine), torch.inf, (s_top - s_mine).clamp_min(0.0))
+        return RowScores(margins, top.to(torch.int64).view(-1))
 
 
 class VllmV2Hash(SamplerProfile):

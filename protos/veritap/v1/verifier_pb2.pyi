@@ -191,6 +191,7 @@ class Verdict(_message.Message):
     DETAIL_FIELD_NUMBER: _builtins.int
     EXACT_MATCHES_FIELD_NUMBER: _builtins.int
     OUT_OF_MASK_FIELD_NUMBER: _builtins.int
+    TOKENIZATION_RESTARTS_FIELD_NUMBER: _builtins.int
     record_id: _builtins.str
     origin: _builtins.str
     seq: _builtins.int
@@ -200,14 +201,18 @@ class Verdict(_message.Message):
     model: _builtins.str
     status: Global___VerdictStatus.ValueType
     reason: _builtins.str
-    """Why, for UNVERIFIABLE, ERROR and SKIPPED (e.g. "no_seed", "capture_gap")."""
+    """Why, for FAIL (e.g. "score_over_threshold", "prompt_mismatch"),
+    UNVERIFIABLE, ERROR and SKIPPED (e.g. "no_seed", "capture_gap").
+    """
     score: _builtins.float
     token_count: _builtins.int
     sampler_profile: _builtins.str
     engine: _builtins.str
     engine_version: _builtins.str
     retokenized: _builtins.bool
-    """True when the tokens came from re-tokenizing text, not from token ids."""
+    """True when the output tokens were found from the received text by the
+    tokenization search, not taken from (checked) token ids in the response.
+    """
     decided_at_ns: _builtins.int
     attempts: _builtins.int
     margins_f16: _builtins.bytes
@@ -224,6 +229,10 @@ class Verdict(_message.Message):
     """Scored tokens whose claimed token was the reconstructed sampler's choice."""
     out_of_mask: _builtins.int
     """Scored tokens outside the top-k/top-p mask (each scored delta_max)."""
+    tokenization_restarts: _builtins.int
+    """Restarts the tokenization search took for the scored choice (0 when the
+    first segmentation of the text was the sampler's, or ids were claimed).
+    """
     @_builtins.property
     def settings(self) -> Global___DifrSettings: ...
     @_builtins.property
@@ -257,10 +266,11 @@ class Verdict(_message.Message):
         detail: _builtins.str = ...,
         exact_matches: _builtins.int = ...,
         out_of_mask: _builtins.int = ...,
+        tokenization_restarts: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["cost", b"cost", "settings", b"settings", "timings", b"timings"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempts", b"attempts", "choice_index", b"choice_index", "commitment_id", b"commitment_id", "cost", b"cost", "decided_at_ns", b"decided_at_ns", "detail", b"detail", "engine", b"engine", "engine_version", b"engine_version", "entry_hash", b"entry_hash", "exact_matches", b"exact_matches", "margins_f16", b"margins_f16", "model", b"model", "origin", b"origin", "out_of_mask", b"out_of_mask", "reason", b"reason", "record_id", b"record_id", "retokenized", b"retokenized", "sampler_profile", b"sampler_profile", "score", b"score", "seq", b"seq", "settings", b"settings", "status", b"status", "timings", b"timings", "token_count", b"token_count"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempts", b"attempts", "choice_index", b"choice_index", "commitment_id", b"commitment_id", "cost", b"cost", "decided_at_ns", b"decided_at_ns", "detail", b"detail", "engine", b"engine", "engine_version", b"engine_version", "entry_hash", b"entry_hash", "exact_matches", b"exact_matches", "margins_f16", b"margins_f16", "model", b"model", "origin", b"origin", "out_of_mask", b"out_of_mask", "reason", b"reason", "record_id", b"record_id", "retokenized", b"retokenized", "sampler_profile", b"sampler_profile", "score", b"score", "seq", b"seq", "settings", b"settings", "status", b"status", "timings", b"timings", "token_count", b"token_count", "tokenization_restarts", b"tokenization_restarts"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

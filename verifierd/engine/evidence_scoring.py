@@ -1,0 +1,253 @@
+"""From a choice's evidence to the token ids the engine scores (engine side).
+
+For each `ScoreRequest` carrying `ChoiceEvidence`:
+
+1. render the captured request with the committed engine (`vllm_views.render_request`);
+   claimed prompt ids must equal that rendering (`claims.check_prompt`);
+2. claimed output ids must detokenize to the received text and satisfy the
+   finish rules (`claims.check_text`, `claims.check_finish`); they are then
+   scored as they are;
+3. without claimed ids, `search` finds them from the text, all searching
+   requests of a batch sharing each engine pass; the found ids pass the same
+   checks as claimed ones would.
+
+A request whose evidence contradicts a claim gets a FAIL finding and is not
+scored; one the engine cannot render or search gets an UNVERIFIABLE finding.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from verifierd.evidence import search
+from verifierd.evidence.claims import (
+    Finding,
+    FinishRules,
+    check_finish,
+    check_prompt,
+    check_text,
+)
+from verifierd.evidence.client_view import ChoiceEvidence
+from verifierd.evidence.vllm_views import (
+    ByteLevelText,
+    RenderedRequest,
+    RenderError,
+    context_limit,
+    decode_output,
+    end_tokens,
+    render_request,
+)
+from verifierd.verdicts import Reason
+
+
+@dataclass(frozen=True)
+class Resolution:
+    """The ids to score for one request, or why there are none."""
+
+    prompt: tuple[int, ...]
+    output: tuple[int, ...]
+    finding: Finding | None = None
+    #: Margins already computed by the search's passes (None: score ``output``).
+    margins: npt.NDArray[np.float64] | None = None
+    restarts: int = 0
+    searched: bool = False
+
+
+#: Scores passes in one engine call, results in order.
+PassRunner = Callable[[Sequence["PassInput"]], Sequence[search.PassResult]]
+
+
+@dataclass(frozen=True)
+class PassInput:
+    index: int
+    prompt: tuple[int, ...]
+    output: tuple[int, ...]
+    score_from: int
+    lookahead: bool
+
+
+class RequestText:
+    """The search's `TextModel` for one request."""
+
+    def __init__(self, vocabulary: ByteLevelText, ends: frozenset[int], eos: int | None) -> None:
+        self._vocabulary = vocabulary
+        self._ends = ends
+        self._eos = eos
+
+    def segment(self, text: str) -> list[int]:
+        return self._vocabulary.segment(text)
+
+    def byte_tokens(self, data: bytes) -> list[int] | None:
+        return self._vocabulary.byte_tokens(data)
+
+    def text_after(self, ids: Sequence[int]) -> tuple[str, bytes]:
+        return self._vocabulary.text_after(ids)
+
+    def is_end_token(self, token: int) -> bool:
+        return token in self._ends
+
+    @property
+    def end_token(self) -> int | None:
+        return self._eos
+
+
+class EvidenceResolver:
+    """Resolves evidence requests against one loaded engine."""
+
+    def __init__(self, llm: Any, width: int, max_model_len: int) -> None:
+        self._llm = llm
+        self._width = width
+        self._max_model_len = max_model_len
+        self._vocabularies: dict[bool, ByteLevelText] = {}
+
+    def resolve(
+        self, evidence: Sequence[ChoiceEvidence], run_passes: PassRunner
+    ) -> list[Resolution]:
+        """One Resolution per evidence, in order."""
+        out: list[Resolution | None] = [None] * len(evidence)
+        searching: list[tuple[int, search.SearchState, _Context]] = []
+        for i, ev in enumerate(evidence):
+            prepared = self._prepare(ev)
+            if isinstance(prepared, Resolution):
+                out[i] = prepared
+                continue
+            if ev.claimed_output_ids is not None:
+                out[i] = self._checked(ev, prepared, ev.claimed_output_ids)
+                continue
+            state = self._initial_state(ev, prepared)
+            if isinstance(state, Resolution):
+                out[i] = state
+            else:
+                searching.append((i, state, prepared))
+        if searching:
+            self._search(searching, run_passes)
+            for i, state, ctx in searching:
+                if state.exhausted:
+                    out[i] = Resolution(
+                        ctx.prompt,
+                        (),
+                        Finding(
+                            Reason.TOKENIZATION_SEARCH_EXHAUSTED,
+                            f"no token sequence after {state.restarts} restarts "
+                            f"(bound {search.max_restarts(len(state.output))})",
+                        ),
+                        restarts=state.restarts,
+                        searched=True,
+                    )
+                else:
+                    margins = np.asarray(state.margins, dtype=np.float64)
+                    out[i] = self._checked(
+                        evidence[i],
+                        ctx,
+                        tuple(state.output),
+                        margins=margins,
+                        restarts=state.restarts,
+                        searched=True,
+                    )
+        return [r for r in out if r is not None]
+
+    def _prepare(self, ev: ChoiceEvidence) -> _Context | Resolution:
+        try:
+            rendered = render_request(self._llm, ev.dialect, ev.request_json)
+        except RenderError as exc:
+            return Resolution((), (), Finding(Reason.REQUEST_NOT_RENDERED, str(exc)))
+        if ev.prompt_index >= len(rendered.prompts):
+            detail = f"choice of prompt {ev.prompt_index}, the request has {len(rendered.prompts)}"
+            return Resolution((), (), Finding(Reason.FINISH_MISMATCH, detail))
+        prompt = rendered.prompts[ev.prompt_index]
+        if not prompt:
+            return Resolution((), (), Finding(Reason.TOKENS_UNAVAILABLE, "empty prompt"))
+        mismatch = check_prompt(ev.claimed_prompt_ids, prompt)
+        if mismatch is not None:
+            return Resolution(prompt, (), mismatch)
+        ends = end_tokens(self._llm, rendered.params)
+        room = context_limit(self._llm) - len(prompt)
+        length = room if rendered.max_tokens is None else min(rendered.max_tokens, room)
+        rules = FinishRules(ev.finish_reason, ev.claimed_stop, ends, length, rendered.ignore_eos)
+        return _Context(prompt, rendered, rules)
+
+    def _initial_state(self, ev: ChoiceEvidence, ctx: _Context) -> search.SearchState | Resolution:
+        tokenizer = self._llm.get_tokenizer()
+        if not ByteLevelText.supports(tokenizer):
+            detail = "no token ids claimed and the committed tokenizer is not byte-level"
+            return Resolution(ctx.prompt, (), Finding(Reason.TOKENS_UNAVAILABLE, detail))
+        skip = bool(ctx.rendered.params.skip_special_tokens)
+        vocabulary = self._vocabularies.get(skip)
+        if vocabulary is None:
+            vocabulary = self._vocabularies[skip] = ByteLevelText(tokenizer, self._width, skip)
+        eos = tokenizer.eos_token_id
+        model = RequestText(vocabulary, ctx.rules.end_tokens, None if eos is None else int(eos))
+        claimed = ev.claimed_stop
+        if ev.finish_reason == "length":
+            return search.initial_state(ev.text, search.Ending.LENGTH, "", ctx.rules.length, model)
+        if ev.finish_reason != "stop":
+            detail = f"finish_reason {ev.finish_reason!r} is not replayed"
+            return Resolution(ctx.prompt, (), Finding(Reason.TOKENS_UNAVAILABLE, detail))
+        if isinstance(claimed, str):
+            if claimed not in (ctx.rendered.params.stop or ()):
+                detail = f"stop_reason {claimed!r} is not a stop string of the request"
+                return Resolution(ctx.prompt, (), Finding(Reason.FINISH_MISMATCH, detail))
+            return search.initial_state(ev.text, search.Ending.STOP_STRING, claimed, None, model)
+        return search.initial_state(ev.text, search.Ending.END_TOKEN, "", None, model)
+
+    def _search(
+        self,
+        searching: Sequence[tuple[int, search.SearchState, _Context]],
+        run_passes: PassRunner,
+    ) -> None:
+        by_state = {id(state): (i, ctx) for i, state, ctx in searching}
+
+        def scorer(passes: Sequence[search.ScorePass]) -> list[search.PassResult | None]:
+            live = [s for _, s, _ in searching if not s.done]
+            inputs, slots = [], []
+            for slot, (state, p) in enumerate(zip(live, passes, strict=True)):
+                i, ctx = by_state[id(state)]
+                # The lookahead row needs the whole sequence inside the context.
+                if len(ctx.prompt) + len(p.output) < self._max_model_len:
+                    inputs.append(PassInput(i, ctx.prompt, p.output, p.score_from, True))
+                    slots.append(slot)
+            results: list[search.PassResult | None] = [None] * len(passes)
+            for slot, result in zip(slots, run_passes(inputs), strict=True):
+                results[slot] = result
+            return results
+
+        search.run_search([s for _, s, _ in searching], scorer)
+
+    def _checked(
+        self,
+        ev: ChoiceEvidence,
+        ctx: _Context,
+        output: tuple[int, ...],
+        *,
+        margins: npt.NDArray[np.float64] | None = None,
+        restarts: int = 0,
+        searched: bool = False,
+    ) -> Resolution:
+        """Claimed or found output ids against the received text and finish rules."""
+        tokenizer = self._llm.get_tokenizer()
+        decoded = decode_output(
+            tokenizer, ctx.rendered.params, ctx.prompt, output, ctx.rules.end_tokens
+        )
+        finding = check_text(ev.text, decoded.text)
+        if finding is None:
+            finding = check_finish(ctx.rules, output, decoded)
+        if finding is None and (
+            min(output, default=0) < 0 or max(output, default=0) >= self._width
+        ):
+            finding = Finding(Reason.TOKEN_TEXT_MISMATCH, "an output id is outside the logits")
+        if finding is None and len(ctx.prompt) + len(output) > self._max_model_len:
+            detail = f"{len(ctx.prompt) + len(output)} tokens exceed max_model_len"
+            finding = Finding(Reason.TOKENS_UNAVAILABLE, detail)
+        return Resolution(ctx.prompt, output, finding, margins, restarts, searched)
+
+
+@dataclass(frozen=True)
+class _Context:
+    prompt: tuple[int, ...]
+    rendered: RenderedRequest
+    rules: FinishRules

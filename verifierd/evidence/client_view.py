@@ -1,0 +1,92 @@
+"""Per-choice evidence cut from a captured record (daemon side: no torch, no vLLM).
+
+A record holds the request body as captured and, per choice, the text the
+client received with the prover's claims beside it. `choice_evidence` keeps
+exactly those: the engine process renders the request and checks the claims.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from veritap.request_body import request_body
+from veritap.v1 import record_pb2
+
+from verifierd.errors import VerifierdError
+
+CHAT = "openai-chat"
+COMPLETIONS = "openai-completions"
+DIALECTS = (CHAT, COMPLETIONS)
+
+
+class EvidenceUnavailable(VerifierdError):  # noqa: N818 (a reason, like TokensUnavailable)
+    """The record does not hold what the verifier needs to rebuild the client's view."""
+
+
+@dataclass(frozen=True)
+class ChoiceEvidence:
+    """What the client sent and received for one choice, and what the prover claims."""
+
+    dialect: str
+    #: The captured request body (JSON text, as the client sent it).
+    request_json: str
+    #: Which prompt of the request this choice continues (completions may send several).
+    prompt_index: int
+    #: The text the client received.
+    text: str
+    finish_reason: str
+    #: The prover's stop reason as JSON ("" when absent): a stop string or token id.
+    stop_reason_json: str
+    claimed_prompt_ids: tuple[int, ...] | None = None
+    claimed_output_ids: tuple[int, ...] | None = None
+
+    @property
+    def claimed_stop(self) -> object:
+        """The decoded stop reason (None when absent or not JSON)."""
+        if not self.stop_reason_json:
+            return None
+        try:
+            value: object = json.loads(self.stop_reason_json)
+        except ValueError:
+            return None
+        return value
+
+
+def choice_evidence(record: record_pb2.InferenceRecord) -> tuple[ChoiceEvidence, ...]:
+    """The evidence of every choice of ``record`` in index order.
+
+    Raises EvidenceUnavailable when the dialect is unknown or the request body
+    is not UTF-8 JSON."""
+    api = record.api
+    if api.dialect not in DIALECTS:
+        raise EvidenceUnavailable(f"unknown API dialect {api.dialect!r}")
+    try:
+        request_json = request_body(record).decode("utf-8")
+        json.loads(request_json)
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise EvidenceUnavailable(f"the captured request body is not JSON: {exc}") from exc
+    n = api.sampling.n if api.sampling.HasField("n") and api.sampling.n > 0 else 1
+    shared_prompt = tuple(api.prompt_token_ids.ids) if api.HasField("prompt_token_ids") else None
+    out = []
+    for choice in sorted(api.choices, key=lambda c: c.index):
+        prompt = (
+            tuple(choice.prompt_token_ids.ids)
+            if choice.HasField("prompt_token_ids")
+            else shared_prompt
+        )
+        out.append(
+            ChoiceEvidence(
+                dialect=api.dialect,
+                request_json=request_json,
+                prompt_index=choice.index // n,
+                text=choice.text,
+                finish_reason=choice.finish_reason,
+                stop_reason_json=choice.stop_reason_json,
+                claimed_prompt_ids=prompt,
+                claimed_output_ids=(
+                    tuple(choice.token_ids.ids) if choice.HasField("token_ids") else None
+                ),
+            )
+        )
+    return tuple(out)

@@ -1,0 +1,262 @@
+"""The committed engine's own view of a captured request and of token ids (engine side).
+
+Everything here calls vLLM's code for the installed (committed) version, so
+the verifier renders and detokenizes exactly as the prover's server does:
+
+- `render_request`: the request body is validated by vLLM's own OpenAI request
+  models (``ChatCompletionRequest`` / ``CompletionRequest``) and rendered by the
+  engine's renderer with the parameters vLLM's server derives from it
+  (``build_chat_params``, ``build_tok_params``: chat template, generation
+  prompt, content parts and their format, ``add_special_tokens``,
+  ``chat_template_kwargs``, ``continue_final_message``, tools); its
+  ``SamplingParams`` come from the request's own ``to_sampling_params``.
+- `decode_output`: vLLM's incremental detokenizer (the one its output processor
+  uses, primed with the prompt ids) fed one token per engine step, with the
+  request's ``skip_special_tokens``, ``spaces_between_special_tokens``,
+  ``include_stop_str_in_output``, ``min_tokens`` and stop strings.
+- `ByteLevelText`: the tokenizer as the tokenization search needs it.
+
+What the server adds from its own flags (``--chat-template``,
+``--chat-template-content-format``, ``--default-chat-template-kwargs``,
+``--enable-auto-tool-choice``) is not in the commitment: the verifier renders
+with the committed tokenizer's template and vLLM's defaults.
+"""
+
+from __future__ import annotations
+
+import json
+import types
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from verifierd.errors import VerifierdError
+from verifierd.evidence.client_view import CHAT, COMPLETIONS
+
+REPLACEMENT = "\ufffd"
+#: vLLM's CompletionRequest default (the OpenAI API's) when max_tokens is absent.
+COMPLETIONS_DEFAULT_MAX_TOKENS = 16
+
+
+class RenderError(VerifierdError):
+    """vLLM refuses to render the captured request (its server would have refused it)."""
+
+
+@dataclass(frozen=True)
+class RenderedRequest:
+    """A captured request as the committed engine sees it."""
+
+    #: One prompt per prompt of the request (chat: exactly one).
+    prompts: tuple[tuple[int, ...], ...]
+    #: vLLM's SamplingParams for the request (detokenizer settings, stop strings).
+    params: Any
+    #: max_tokens / max_completion_tokens as sent (chat: None when absent).
+    max_tokens: int | None
+    ignore_eos: bool
+
+
+def render_request(llm: Any, dialect: str, request_json: str) -> RenderedRequest:
+    """Render ``request_json`` with the engine ``llm``'s renderer. Raises RenderError."""
+    from pydantic import ValidationError
+    from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
+    from vllm.entrypoints.openai.completion.protocol import CompletionRequest
+
+    try:
+        body = json.loads(request_json)
+        if dialect == CHAT:
+            return _render_chat(llm, ChatCompletionRequest.model_validate(body))
+        if dialect == COMPLETIONS:
+            return _render_completion(llm, CompletionRequest.model_validate(body))
+    except ValidationError as exc:
+        raise RenderError(f"vLLM refuses the request: {_first_error(exc)}") from exc
+    except (ValueError, TypeError, KeyError, NotImplementedError) as exc:
+        raise RenderError(f"vLLM cannot render the request: {exc}") from exc
+    raise RenderError(f"unknown API dialect {dialect!r}")
+
+
+def _first_error(exc: Any) -> str:
+    errors = exc.errors()
+    if not errors:
+        return str(exc)
+    first = errors[0]
+    return f"{'.'.join(str(p) for p in first.get('loc', ()))}: {first.get('msg', '')}"
+
+
+def _render_chat(llm: Any, request: Any) -> RenderedRequest:
+    """As vLLM's OnlineRenderer.preprocess_chat renders a non-harmony chat request."""
+    from vllm.renderers import merge_kwargs
+
+    model_config = llm.llm_engine.model_config
+    if getattr(request, "echo", False):
+        raise RenderError("echo is not replayed")
+    tools = None if request.tools is None else [t.model_dump() for t in request.tools]
+    chat_params = request.build_chat_params(None, "auto").with_defaults(
+        merge_kwargs(None, {"tools": tools, "tokenize": False})
+    )
+    tok_params = request.build_tok_params(model_config)
+    (_conversation,), (engine_input,) = llm.renderer.render_chat(
+        [request.messages], chat_params, tok_params
+    )
+    prompt = tuple(int(i) for i in engine_input["prompt_token_ids"])
+    requested = request.max_completion_tokens or request.max_tokens
+    params = request.to_sampling_params(_room(llm, len(prompt), requested), {})
+    return RenderedRequest((prompt,), params, requested, bool(params.ignore_eos))
+
+
+def _render_completion(llm: Any, request: Any) -> RenderedRequest:
+    """As vLLM's OnlineRenderer.render_completion renders a text or token-id prompt."""
+    from vllm.renderers.inputs.preprocess import parse_model_prompt, prompt_to_seq
+
+    model_config = llm.llm_engine.model_config
+    if request.echo:
+        raise RenderError("echo is not replayed")
+    if request.suffix is not None or request.prompt_embeds is not None:
+        raise RenderError("suffix and prompt_embeds are not replayed")
+    parsed = [parse_model_prompt(model_config, p) for p in prompt_to_seq(request.prompt)]
+    inputs = llm.renderer.render_cmpl(parsed, request.build_tok_params(model_config))
+    prompts = tuple(tuple(int(i) for i in e["prompt_token_ids"]) for e in inputs)
+    requested = request.max_tokens
+    if requested is None:
+        requested = COMPLETIONS_DEFAULT_MAX_TOKENS
+    params = request.to_sampling_params(_room(llm, len(prompts[0]), requested), {})
+    return RenderedRequest(prompts, params, requested, bool(params.ignore_eos))
+
+
+def context_limit(llm: Any) -> int:
+    """The committed model's context length (its config's, not this engine's setting)."""
+    config = llm.llm_engine.model_config.hf_config
+    limit = getattr(config, "max_position_embeddings", None)
+    return int(limit) if isinstance(limit, int) else int(llm.llm_engine.model_config.max_model_len)
+
+
+def _room(llm: Any, prompt_len: int, requested: int | None) -> int:
+    room = max(1, context_limit(llm) - prompt_len)
+    return room if requested is None else max(1, min(requested, room))
+
+
+@dataclass(frozen=True)
+class DecodedOutput:
+    """What vLLM's detokenizer makes of output ids for one request."""
+
+    text: str
+    #: The stop string that ended the output, None when none did.
+    stop_string: str | None
+    #: Tokens the engine would have produced before stopping (stop string, end token).
+    tokens_used: int
+
+
+def decode_output(
+    tokenizer: Any,
+    params: Any,
+    prompt_ids: Sequence[int],
+    output_ids: Sequence[int],
+    end_tokens: frozenset[int],
+) -> DecodedOutput:
+    """Feed ``output_ids`` to vLLM's incremental detokenizer one engine step at a
+    time, stopping where the engine would (a stop string or an end token)."""
+    from vllm.v1.engine.detokenizer import IncrementalDetokenizer
+
+    # The detokenizer reads only these three fields of the engine's request.
+    request: Any = types.SimpleNamespace(
+        sampling_params=params, prompt_token_ids=list(prompt_ids), request_id="veritap"
+    )
+    detokenizer = IncrementalDetokenizer.from_new_request(tokenizer, request)
+    stop_string: str | None = None
+    used = 0
+    for token in output_ids:
+        used += 1
+        stopped_by_token = (
+            token in end_tokens and not params.ignore_eos and used > params.min_tokens
+        )
+        stop_string = detokenizer.update([int(token)], stopped_by_token)
+        if stop_string is not None or stopped_by_token:
+            break
+    return DecodedOutput(detokenizer.get_next_output_text(True, False), stop_string, used)
+
+
+def end_tokens(llm: Any, params: Any) -> frozenset[int]:
+    """The ids that end generation for a request: the tokenizer's EOS, the model's
+    generation_config EOS ids, and the request's stop_token_ids."""
+    tokenizer = llm.get_tokenizer()
+    ids = {int(i) for i in (params.stop_token_ids or ())}
+    if tokenizer.eos_token_id is not None:
+        ids.add(int(tokenizer.eos_token_id))
+    generation = llm.llm_engine.model_config.try_get_generation_config() or {}
+    eos = generation.get("eos_token_id")
+    if isinstance(eos, int):
+        ids.add(eos)
+    elif isinstance(eos, list):
+        ids.update(int(i) for i in eos if isinstance(i, int))
+    return frozenset(ids)
+
+
+class ByteLevelText:
+    """A byte-level BPE vocabulary (GPT-2, Llama 3, Qwen) as the search reads it."""
+
+    def __init__(self, tokenizer: Any, width: int, skip_special_tokens: bool) -> None:
+        self._tokenizer = tokenizer
+        self.token_bytes, self._single = _byte_table(tokenizer, width, skip_special_tokens)
+
+    @classmethod
+    def supports(cls, tokenizer: Any) -> bool:
+        decoder = getattr(getattr(tokenizer, "backend_tokenizer", None), "decoder", None)
+        return type(decoder).__name__ == "ByteLevel"
+
+    def segment(self, text: str) -> list[int]:
+        return [int(i) for i in self._tokenizer.encode(text, add_special_tokens=False)]
+
+    def byte_tokens(self, data: bytes) -> list[int] | None:
+        return [self._single[b] for b in data]
+
+    def text_after(self, ids: Sequence[int]) -> tuple[str, bytes]:
+        """As vLLM's detokenizer (tokenizers' DecodeStream) emits it: the bytes decoded
+        with U+FFFD for invalid sequences, except that nothing is emitted while the
+        decoding ends in U+FFFD (an incomplete or invalid tail is held back)."""
+        table = self.token_bytes
+        raw = b"".join(table[i] if 0 <= i < len(table) else b"" for i in ids)
+        text = raw.decode("utf-8", "replace")
+        if not text.endswith(REPLACEMENT):
+            return text, b""
+        emitted = text.rstrip(REPLACEMENT)
+        # The held-back bytes start after the last character that is not U+FFFD.
+        cut = len(raw)
+        while cut > 0 and raw[:cut].decode("utf-8", "replace") != emitted:
+            cut -= 1
+        return emitted, raw[cut:]
+
+
+def _byte_table(
+    tokenizer: Any, width: int, skip_special_tokens: bool
+) -> tuple[list[bytes], list[int]]:
+    """Each id's bytes (padding ids and skipped special tokens: none), and the id of
+    each single byte."""
+    byte_of = {char: byte for byte, char in byte_level_alphabet().items()}
+    special = set(tokenizer.all_special_ids)
+    added = {int(i): t.content for i, t in tokenizer.added_tokens_decoder.items()}
+    table = [b""] * width
+    pieces = tokenizer.convert_ids_to_tokens(list(range(min(width, len(tokenizer)))))
+    for token_id, piece in enumerate(pieces):
+        if token_id in added:
+            skipped = skip_special_tokens and token_id in special
+            table[token_id] = b"" if skipped else added[token_id].encode("utf-8")
+        elif piece is not None and all(c in byte_of for c in piece):
+            table[token_id] = bytes(byte_of[c] for c in piece)
+    single: dict[int, int] = {}
+    for token_id, data in enumerate(table):
+        if len(data) == 1 and token_id not in added:
+            single.setdefault(data[0], token_id)
+    if len(single) < 256:
+        raise RenderError("the tokenizer lacks a token for every byte: not byte-level")
+    return table, [single[b] for b in range(256)]
+
+
+def byte_level_alphabet() -> dict[int, str]:
+    """GPT-2's byte-level BPE alphabet: each byte as the printable character that
+    stands for it in the vocabulary (printable Latin-1 bytes as themselves, the
+    others shifted past U+00FF in byte order)."""
+    printable = [*range(0x21, 0x7F), *range(0xA1, 0xAD), *range(0xAE, 0x100)]
+    alphabet = {b: chr(b) for b in printable}
+    shifted = (b for b in range(256) if b not in alphabet)
+    for offset, b in enumerate(shifted):
+        alphabet[b] = chr(0x100 + offset)
+    return alphabet
