@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+from urllib.parse import unquote
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from veritap.v1 import record_pb2
 
 from collector.dialects import DialectRegistry
@@ -99,6 +102,23 @@ def test_the_model_comes_from_the_request_alone(stream: bool) -> None:
 )
 def test_targets_route_as_uvicorn_hands_them_to_starlette(target: str, path: str) -> None:
     assert route_path(target) == path
+
+
+TARGET_PIECES = ["/", "v1", "chat", "completions", "%63", "%2F", "%3F", "%", "%zz", "?", "#"]
+TARGET_PIECES += ["http://", "HTTPS://", "h:80", "//", ":", "@", "a=b", "&", ";", "*", "x"]
+
+
+@settings(max_examples=2000, deadline=None)
+@given(st.lists(st.sampled_from(TARGET_PIECES), max_size=12).map("".join))
+def test_targets_route_as_httptools_parses_them(target: str) -> None:
+    """uvicorn's own parser is the reference: its path, percent-decoded when it holds `%`."""
+    httptools = pytest.importorskip("httptools")
+    try:
+        parsed = httptools.parse_url(target.encode())
+    except httptools.HttpParserInvalidURLError:
+        return
+    path = parsed.path.decode("ascii") if parsed.path is not None else ""
+    assert route_path(target) == (unquote(path) if "%" in path else path)
 
 
 @pytest.mark.parametrize(
