@@ -29,6 +29,9 @@ Known limits: a request that sent `Expect: 100-continue` and got a final
 answer instead of 100 is still expected to carry the body its head announced
 (clients close or send it); pipelined requests lost whole inside one gap
 cannot be told apart, so their responses pair by timing (see `exchange`).
+After llhttp or the framer refuses a message, where the scan for the next
+start line begins depends on the segment the bad byte came in (llhttp does not
+say where it stopped); everything up to the refusal does not depend on segmentation.
 """
 
 from __future__ import annotations
