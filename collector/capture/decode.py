@@ -186,14 +186,15 @@ class FrameDecoder:
                 end = 14 + total
                 data = 34 + (off >> 4) * 4
                 if data >= 54 and data <= end:
+                    # Addresses and TCP segment are contiguous: the pseudo-header's
+                    # addresses and the segment in one integer, padded to whole words.
                     if self.verify and (
                         int.from_bytes(frame[14:34]) % _SUM_MODULUS
                         or (
-                            int.from_bytes(frame[26:34])
+                            (int.from_bytes(frame[26:end]) << ((total & 1) << 3))
                             + IPPROTO_TCP
                             + total
                             - 20
-                            + (int.from_bytes(frame[34:end]) << ((total & 1) << 3))
                         )
                         % _SUM_MODULUS
                     ):
