@@ -3,8 +3,10 @@
 `CapturePipeline` is the sans-IO glue (the caller reads frames from a file or a
 socket and decides what to do with the records); it never dies on a bad
 packet: an exception while handling one frame is counted in
-`internal_errors`, logged, and the next frame goes on. `LogWriter` is the thin
-shell that moves records into the log's group commit from its own thread.
+`internal_errors`, logged, and the next frame goes on. An exchange whose record
+cannot be built is counted there too, and still becomes a (parse_error) record.
+`LogWriter` is the thin shell that moves records into the log's group commit
+from its own thread.
 """
 
 from __future__ import annotations
@@ -151,7 +153,7 @@ class CapturePipeline:
             http=self.http_stats,
             records=self._builder.stats.records,
             records_by_quality=dict(self._builder.stats.by_quality),
-            internal_errors=counts.internal_errors,
+            internal_errors=counts.internal_errors + self._builder.stats.failed,
             kernel_drops=kernel_drops,
         )
 

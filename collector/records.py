@@ -6,7 +6,8 @@ problem found ("request: ...; response: ...; exchange: ..."). A dialect that
 cannot read a body adds a parse_error only when the body itself was captured
 whole (a JSON error in a truncated body is the truncation's consequence).
 Whatever the bodies hold, every exchange becomes exactly one record: an
-extractor that fails makes a parse_error record, never a lost exchange.
+extractor that fails makes a parse_error record, and so does a record whose
+building fails (counted in `RecordStats.failed`), never a lost exchange.
 Credentials (Authorization, Cookie, API-key headers) are never recorded.
 How much of the bodies a record stores is decided in `record_bounds`.
 """
@@ -33,7 +34,13 @@ from collector.http.messages import (
     RequestMessage,
     ResponseMessage,
 )
-from collector.record_bounds import RECORD_BYTES, STORED_SSE_EVENTS, skeleton, stored_body
+from collector.record_bounds import (
+    RECORD_BYTES,
+    SKELETON_TEXT_CHARS,
+    STORED_SSE_EVENTS,
+    skeleton,
+    stored_body,
+)
 from collector.tcp_reassembly import CLIENT_TO_SERVER
 
 logger = logging.getLogger(__name__)
@@ -75,6 +82,8 @@ class RecordStats:
     records: int = 0
     by_quality: Counter[str] = field(default_factory=Counter)
     by_dialect: Counter[str] = field(default_factory=Counter)
+    #: Records whose building failed (an internal error; each still became a record).
+    failed: int = 0
 
 
 def quality_name(quality: int) -> str:
@@ -91,7 +100,20 @@ class RecordBuilder:
         self.stats = RecordStats()
 
     def build(self, exchange: Exchange) -> record_pb2.InferenceRecord:
-        record = record_pb2.InferenceRecord(record_id=str(ULID()), origin=self.origin)
+        """The exchange's record: one even when building it fails (then parse_error)."""
+        record_id = str(ULID())
+        try:
+            record = self._build(record_id, exchange)
+        except Exception as exc:
+            logger.exception("building a record failed", extra={"record_id": record_id})
+            self.stats.failed += 1
+            record = _unbuilt(record_id, self.origin, exchange, exc)
+        self.stats.records += 1
+        self.stats.by_quality[quality_name(record.quality)] += 1
+        return record
+
+    def _build(self, record_id: str, exchange: Exchange) -> record_pb2.InferenceRecord:
+        record = record_pb2.InferenceRecord(record_id=record_id, origin=self.origin)
         flow = exchange.flow
         record.flow.ip_version = flow.ip_version
         record.flow.client_address = ipaddress.ip_address(flow.client_ip).compressed
@@ -134,9 +156,30 @@ class RecordBuilder:
         record.quality_reason = "; ".join(reason for _, reason in found)
         if record.ByteSize() > RECORD_BYTES:
             record = skeleton(record, _quality([record.quality, Q.CAPTURE_QUALITY_TRUNCATED]))
-        self.stats.records += 1
-        self.stats.by_quality[quality_name(record.quality)] += 1
         return record
+
+
+def _unbuilt(
+    record_id: str, origin: str, exchange: Exchange, error: Exception
+) -> record_pb2.InferenceRecord:
+    """What is kept of an exchange whose record could not be built: where, when and why."""
+    reason = f"record: building it failed: {error!r}"[:SKELETON_TEXT_CHARS]
+    record = record_pb2.InferenceRecord(
+        record_id=record_id,
+        origin=origin,
+        quality=Q.CAPTURE_QUALITY_PARSE_ERROR,
+        quality_reason=reason,
+    )
+    flow = exchange.flow
+    record.flow.ip_version = flow.ip_version
+    record.flow.client_port = flow.client_port
+    record.flow.server_port = flow.server_port
+    if exchange.request is not None:
+        record.request_first_byte_ns = exchange.request.first_byte_ns
+    if exchange.response is not None:
+        record.response_first_byte_ns = exchange.response.first_byte_ns
+        record.response_last_byte_ns = exchange.response.last_byte_ns
+    return record
 
 
 def _ambiguities(

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from collector import record_bounds
+from collector import record_bounds, records
 from collector.cli import main
 from tests.openai_traffic import Call, sse_chunk, words
 from tests.pcapgen import LINK_ETHERNET, Conversation, frame, write_frames
@@ -186,3 +186,25 @@ def test_crafted_answers_give_the_clients_view(
     assert f"response: body cut at 8192 of {len(body)} bytes" in rec["quality_reason"]
     assert rec["response_body_sha256"] == sha(body)
     assert rec["choices"][0]["text"] == big.generations[0].text
+
+
+def test_a_record_that_cannot_be_built_is_still_recorded(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def broken(*_args: object) -> list[tuple[int, str]]:
+        raise RuntimeError("builder bug")
+
+    monkeypatch.setattr(records, "_fill_response", broken)
+    plain = call("plain", stream=False)
+    conv = Conversation().handshake().exchange(plain.request(), plain.response()).close()
+    pcap = write_frames(tmp_path / "one.pcap", [(p.ts, frame(conv, p)) for p in conv.packets])
+    log = tmp_path / "log"
+    # An internal error: replay says so and exits 1, and the exchange is still a record.
+    assert main(["replay", str(pcap), "--log", str(log), "--origin", "test.local/c"]) == 1
+    assert "internal errors 1" in capsys.readouterr().out
+    assert main(["log", "export", str(log), "--format", "jsonl"]) == 0
+    (line,) = capsys.readouterr().out.splitlines()
+    rec = json.loads(line)
+    assert rec["quality"] == "parse_error"
+    assert rec["quality_reason"] == "record: building it failed: RuntimeError('builder bug')"
+    assert rec["flow"]["server_port"] == 8000
