@@ -34,7 +34,7 @@ response_id                  the response's id field
 error                        the error message of a 4xx/5xx response ("" otherwise)
 sse_events                   number of Server-Sent Events in the response
 quality                      capture quality: complete, request_gap, response_gap, truncated,
-                             midstream, parse_error (unspecified when unset)
+                             midstream, parse_error, ambiguous (unspecified when unset)
 quality_reason               why the quality is not complete ("" when it is)
 request_body_sha256          SHA-256 of the de-chunked, decompressed request body (hex; the
                              whole body's, also when the record stores it cut or not at all)

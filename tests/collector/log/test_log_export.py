@@ -140,6 +140,7 @@ def test_every_quality_has_a_lowercase_name() -> None:
         "truncated",
         "midstream",
         "parse_error",
+        "ambiguous",
     ]
     assert export.quality_name(99) == "unknown_99"
 
