@@ -11,6 +11,7 @@ from veritap.v1 import record_pb2
 from collector.dialects import DIALECTS
 from tests.collector.dialects.test_openai_dialects import records
 from tests.openai_traffic import Call, words
+from verifierd.evidence.client_view import choice_evidence
 
 RESPONSE = Call("/v1/chat/completions", "m", [], {}, [words(1)]).response()
 
@@ -58,3 +59,12 @@ def test_a_record_without_body_or_view_is_refused() -> None:
     record.request.body_length = 10
     with pytest.raises(RequestBodyError):
         request_body(record)
+
+
+def test_the_verifier_reads_the_request_of_a_record_without_its_body() -> None:
+    call = Call("/v1/chat/completions", "m", [{"role": "user", "content": "hi"}], {"seed": 3})
+    call.generations = [words(2)]
+    (rec,) = records((call.request(), call.response()))
+    assert rec.request.body == b""
+    (evidence,) = choice_evidence(rec)
+    assert json.loads(evidence.request_json) == json.loads(call.request_json())
