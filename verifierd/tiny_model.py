@@ -145,12 +145,22 @@ class TinyModel:
 
 def build_tiny_model(out_dir: Path, spec: TinyModelSpec) -> TinyModel:
     """Write a tiny model for ``spec`` into ``out_dir`` (created; existing files replaced)."""
+    model = write_model_files(out_dir, spec)
+    write_weights(out_dir, spec, random_weights(spec, model.logits_width, model.tokenizer_size))
+    log.info(
+        "built tiny model",
+        extra={"path": str(out_dir), "seed": spec.seed, "logits_width": model.logits_width},
+    )
+    return model
+
+
+def write_model_files(out_dir: Path, spec: TinyModelSpec) -> TinyModel:
+    """Write everything but the weights: the tokenizer, config.json (with ``spec.dtype``),
+    generation_config.json, tokenizer_config.json and special_tokens_map.json."""
     out_dir.mkdir(parents=True, exist_ok=True)
     tokenizer_json = train_tokenizer_json(spec.vocab_size)
     (out_dir / "tokenizer.json").write_text(tokenizer_json, encoding="utf-8")
-    vocab = json.loads(tokenizer_json)["model"]["vocab"]
-    added = {t["content"]: t["id"] for t in json.loads(tokenizer_json)["added_tokens"]}
-    tokenizer_size = max([*vocab.values(), *added.values()]) + 1
+    tokenizer_size, added = _tokenizer_ids(tokenizer_json)
     width = (tokenizer_size // spec.pad_multiple + 1) * spec.pad_multiple
     eos_id, im_end_id, pad_id = added[ENDOFTEXT], added[IM_END], added[PAD]
 
@@ -164,14 +174,6 @@ def build_tiny_model(out_dir: Path, spec: TinyModelSpec) -> TinyModel:
         out_dir / "special_tokens_map.json",
         {"bos_token": ENDOFTEXT, "eos_token": ENDOFTEXT, "pad_token": PAD},
     )
-    weights = random_weights(spec, width, tokenizer_size)
-    if spec.perturb is not None:
-        weights = perturb_weights(weights, spec.perturb)
-    _save_safetensors(out_dir / "model.safetensors", weights, spec.dtype)
-    log.info(
-        "built tiny model",
-        extra={"path": str(out_dir), "seed": spec.seed, "logits_width": width},
-    )
     return TinyModel(
         path=out_dir,
         tokenizer_size=tokenizer_size,
@@ -179,6 +181,36 @@ def build_tiny_model(out_dir: Path, spec: TinyModelSpec) -> TinyModel:
         eos_token_id=eos_id,
         im_end_token_id=im_end_id,
     )
+
+
+def write_weights(
+    out_dir: Path, spec: TinyModelSpec, weights: dict[str, npt.NDArray[np.float32]]
+) -> None:
+    """Write ``weights`` (float32) as model.safetensors in ``spec.dtype``, after applying
+    ``spec.perturb`` if the spec has one."""
+    if spec.perturb is not None:
+        weights = perturb_weights(weights, spec.perturb)
+    _save_safetensors(out_dir / "model.safetensors", weights, spec.dtype)
+
+
+def read_tiny_model(model_dir: Path) -> TinyModel:
+    """The ``TinyModel`` of a directory written by ``write_model_files``."""
+    tokenizer_size, added = _tokenizer_ids((model_dir / "tokenizer.json").read_text("utf-8"))
+    config = json.loads((model_dir / "config.json").read_text(encoding="utf-8"))
+    return TinyModel(
+        path=model_dir,
+        tokenizer_size=tokenizer_size,
+        logits_width=int(config["vocab_size"]),
+        eos_token_id=added[ENDOFTEXT],
+        im_end_token_id=added[IM_END],
+    )
+
+
+def _tokenizer_ids(tokenizer_json: str) -> tuple[int, dict[str, int]]:
+    """len(tokenizer) and the ids of the added (special) tokens."""
+    data = json.loads(tokenizer_json)
+    added = {t["content"]: t["id"] for t in data["added_tokens"]}
+    return max([*data["model"]["vocab"].values(), *added.values()]) + 1, added
 
 
 def corpus_files() -> list[Path]:

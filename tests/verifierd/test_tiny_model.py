@@ -19,6 +19,7 @@ from verifierd.tiny_model import (
     TinyModelError,
     TinyModelSpec,
     build_tiny_model,
+    read_tiny_model,
     train_tokenizer_json,
 )
 
@@ -46,6 +47,10 @@ def test_same_spec_same_bytes(tmp_path: Path) -> None:
     b = build_tiny_model(tmp_path / "b", SMALL)
     assert sorted(p.name for p in a.path.iterdir()) == sorted(FILES)
     assert _bytes(a.path) == _bytes(b.path)
+
+
+def test_a_written_model_reads_back(tiny_model: TinyModel) -> None:
+    assert read_tiny_model(tiny_model.path) == tiny_model
 
 
 def test_tokenizer_training_is_deterministic() -> None:
