@@ -6,7 +6,9 @@ origin = "edge-1.example/veritap"   # the log's origin (default: "<hostname>/ver
 
 [capture]
 interface = "lo"                    # AF_PACKET interface ("any": every interface, cooked)
-filter = "tcp port 8000"            # BPF filter, compiled with tcpdump (empty: none)
+filter = "tcp port 8000 or (ip[6:2] & 0x3fff != 0) or (ip6 and ip6[6] == 44)"
+                                    # BPF filter, compiled with tcpdump (empty: none); keep
+                                    # the fragment clauses: later fragments have no TCP ports
 server_ports = [8000]               # the API port(s): decides who is the server midstream
 promiscuous = true
 snaplen = 262144
@@ -66,6 +68,9 @@ from collector.ledger.config import LedgerConfig, ledger_config_from_table
 from collector.tcp_reassembly import ReassemblyLimits
 
 DEFAULT_PORT = 8000
+#: IPv4 and IPv6 fragments: every fragment but the first lacks the TCP header a port filter
+#: needs, so a filter must let them through for the decoder to reassemble them.
+FRAGMENTS_FILTER = "(ip[6:2] & 0x3fff != 0) or (ip6 and ip6[6] == 44)"
 
 
 class _Section(Section):
@@ -99,7 +104,7 @@ class _Section(Section):
 @dataclass(frozen=True)
 class CaptureConfig:
     interface: str = "lo"
-    filter: str = f"tcp port {DEFAULT_PORT}"
+    filter: str = f"tcp port {DEFAULT_PORT} or {FRAGMENTS_FILTER}"
     server_ports: tuple[int, ...] = (DEFAULT_PORT,)
     promiscuous: bool = True
     snaplen: int = 262_144

@@ -52,7 +52,7 @@ gets here.
   tells the handler whether the stream start is known.
 - **RST** (RFC 5961 §3, as Linux applies it) ends the flow only when its
   sequence number is exactly where the sender's stream stands: the next
-  expected byte, the highest byte seen, or just past an acknowledged FIN; a
+  expected byte, the highest byte seen, or just past its FIN; a
   RST from a side that has sent nothing must acknowledge what its peer sent
   (the answer to a SYN). Any other RST is counted (`ignored_resets`) and
   ignored: Linux answers it with a challenge ACK and keeps the connection.
@@ -64,10 +64,15 @@ gets here.
   answer. A FIN before the next expected byte (inside bytes already
   delivered) or more than `window_bytes` ahead is counted (`ignored_fins`)
   and ignored. Bytes that arrive past a FIN not yet acknowledged make the
-  end ambiguous (`on_ambiguous` over those bytes, the stream ending there
-  being the first version) and the FIN is dropped; bytes past an
-  acknowledged FIN are counted (`data_after_fin`) and ignored, as a closed
-  receiver ignores them. A flow that ends any other way (RST, idle timeout,
+  end ambiguous (`on_ambiguous` over those bytes, the stream going on with
+  them the first version, the end the second) and the FIN is dropped; so
+  does a FIN before bytes already buffered (reported once per direction).
+  Bytes past an acknowledged FIN are counted (`data_after_fin`) and ignored,
+  as a closed receiver ignores them. The second FIN of a close, when its
+  segment acknowledges the first, counts as acknowledged: the last ACK of a
+  connection is a pure ACK, which capture filters often drop (CAPTURE.md),
+  and the side that closed first has said all it will. A flow that ends any
+  other way (RST, idle timeout,
   eviction, `flush()`) ends its directions with that reason, so a
   close-delimited body whose FIN was never acknowledged is truncated.
 - **SYN.** A SYN (or SYN-ACK) with another initial sequence number on an open
@@ -80,9 +85,11 @@ gets here.
 
 What the tap cannot see: a prover that forges the *client's* packets too
 (ACKs, FINs, RSTs toward the server) is indistinguishable from the client;
-bytes that a receiver accepted although they reached the tap in another
-order than the client (reordering between tap and client) are only caught
-when their copies differ, as ambiguity.
+when copies reach the tap in another order than the client (reordering
+between tap and client), the tap keeps the first it saw and reports the
+difference as ambiguity; a differing copy that arrives only after the HTTP
+layer finished the message it belongs to is still counted
+(`overlap_conflicts`) but can no longer mark that message's record.
 """
 
 from __future__ import annotations
@@ -407,10 +414,10 @@ class Reassembler:
         pos = _unwrap(seq, base, half.next)
         if seg.payload:
             self._payload(flow, half, pos, seg.payload, ts)
-        if flags & TCP_FIN:
-            self._fin(flow, half, pos + len(seg.payload), ts)
         if flags & TCP_ACK and flow.fin_seen:
             self._ack(flow, direction, seg.ack, ts)
+        if flags & TCP_FIN:
+            self._fin(flow, half, pos + len(seg.payload), seg.ack, ts)
         if ts >= self._next_sweep:
             self.advance(ts)
 
@@ -510,7 +517,7 @@ class Reassembler:
         pos = _unwrap(seg.seq, half.base, half.next)
         if pos in {half.next, half.high}:
             return True
-        return half.fin_at is not None and half.fin_acked and pos == half.fin_at + 1
+        return half.fin_at is not None and pos == half.fin_at + 1
 
     # -- internals: bytes --------------------------------------------------
 
@@ -700,7 +707,7 @@ class Reassembler:
 
     # -- internals: ends ---------------------------------------------------
 
-    def _fin(self, flow: _Flow, half: _Half, fin_pos: int, ts: int) -> None:
+    def _fin(self, flow: _Flow, half: _Half, fin_pos: int, ack: int, ts: int) -> None:
         if half.ended or half.fin_at == fin_pos:
             return
         if (
@@ -723,6 +730,11 @@ class Reassembler:
             return
         half.fin_at = fin_pos
         flow.fin_seen = True
+        peer = flow.halves[1 - half.direction]
+        if peer.ended and peer.fin_acked and peer.fin_at is not None and peer.base is not None:
+            # The second FIN of a close, acknowledging the first: the last ACK is often
+            # kept out of the capture (a BPF filter without pure ACKs), so this closes.
+            half.fin_acked = _unwrap(ack, peer.base, peer.fin_at) > peer.fin_at
         self._settle(flow, half, ts)
 
     def _ack(self, flow: _Flow, direction: int, ack: int, ts: int) -> None:

@@ -327,3 +327,20 @@ def test_random_hostile_flows_never_raise() -> None:
                 reassembler.receive(seg(conv, packet, rng.choice([64, 64, 64, 63])))
             reassembler.flush()
             assert reassembler.stats.buffered_bytes == 0 and reassembler.open_flows == 0
+
+
+def test_a_close_whose_last_ack_was_filtered_out_still_ends_with_fin() -> None:
+    conv = Conversation().handshake()
+    conv.exchange(b"request", b"answer")
+    conv.close()
+    _, rec = run(conv, conv.packets[:-1])  # a BPF filter without pure ACKs drops the last one
+    assert rec.flows[0].closed == "fin"
+
+
+def test_a_rst_just_past_a_fin_ends_the_flow() -> None:
+    conv = Conversation().handshake()
+    conv.send(SERVER, b"answer", ack=False)
+    conv.fin(SERVER)
+    conv.packets.append(Packet(conv.ts, SERVER, conv.next_seq[SERVER] & 0xFFFFFFFF, 0, RST))
+    r, rec = run(conv, flush=False)
+    assert rec.flows[0].closed == "rst" and r.stats.resets == 1
