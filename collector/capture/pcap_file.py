@@ -2,8 +2,16 @@
 beyond the frame itself).
 
 `open_capture(path)` sniffs the format. Readers yield `Frame` tuples in file
-order and expose `position`/`size` for progress reporting. Pacing (`--realtime`)
-is the caller's job: frames carry their capture time.
+order and expose `position` (the byte after the last whole record or block) and
+`frames_read` for progress reporting and for saying where a damaged file stopped.
+Pacing (`--realtime`) is the caller's job: frames carry their capture time.
+
+Damage is never skipped silently: a file cut inside a record or block (what a
+killed tcpdump leaves), a record whose captured length exceeds the snapshot
+length or `MAX_CAPLEN`, a pcapng block whose length is bad or whose trailing
+length disagrees, a packet block too short for its fields, and an interface
+with a link type the decoder does not know each raise `BadCaptureFileError`
+naming the byte offset, after every frame before it was yielded.
 """
 
 from __future__ import annotations
@@ -23,6 +31,9 @@ PCAP_MAGIC_US = 0xA1B2C3D4
 PCAP_MAGIC_NS = 0xA1B23C4D
 PCAPNG_SHB = 0x0A0D0D0A
 PCAPNG_BYTE_ORDER = 0x1A2B3C4D
+# The largest captured length accepted whatever a header's snapshot length says (libpcap's
+# maximum snapshot length; offload super-packets stay well below it).
+MAX_CAPLEN = 262_144
 _IDB, _OPB, _SPB, _EPB = 1, 2, 3, 6
 _OPT_IF_TSRESOL = 9
 _OPT_IF_TSOFFSET = 14
@@ -84,6 +95,7 @@ class PcapReader(CaptureReader):
             raise BadCaptureFileError(f"{path}: not a pcap file")
         self._order = order
         self._ts_scale = 1000 if magic == PCAP_MAGIC_US else 1
+        self._max_caplen = max(struct.unpack(order + "I", head[16:20])[0], MAX_CAPLEN)
         self.linktype = struct.unpack(order + "I", head[20:24])[0] & 0x0FFFFFFF
         if self.linktype not in SUPPORTED_LINKTYPES:
             self.close()
@@ -98,17 +110,29 @@ class PcapReader(CaptureReader):
         linktype = self.linktype
         scale = self._ts_scale
         offset = self.position
+        max_caplen = self._max_caplen
         new = tuple.__new__
         while offset + 16 <= size:
             sec, frac, caplen, wire_len = unpack_from(data, offset)
+            if caplen > max_caplen:
+                raise BadCaptureFileError(
+                    f"{self.path}: record at byte {offset} claims {caplen} captured bytes "
+                    f"(more than {max_caplen})"
+                )
             start = offset + 16
             offset = start + caplen
             if offset > size:
-                raise BadCaptureFileError(f"{self.path}: record at {start - 16} runs past the end")
+                raise BadCaptureFileError(
+                    f"{self.path}: the file ends inside the record at byte {start - 16}"
+                )
             self.position = offset
             self.frames_read += 1
             yield new(
                 Frame, (sec * 1_000_000_000 + frac * scale, linktype, data[start:offset], wire_len)
+            )
+        if offset < size:
+            raise BadCaptureFileError(
+                f"{self.path}: the file ends inside the record header at byte {offset}"
             )
 
 
@@ -138,7 +162,9 @@ class PcapngReader(CaptureReader):
             return ">"
         raise BadCaptureFileError(f"{self.path}: bad byte-order magic in section at {offset}")
 
-    def _interface(self, order: str, body: bytes) -> _Interface:
+    def _interface(self, order: str, body: bytes, offset: int) -> _Interface:
+        if len(body) < 8:
+            raise BadCaptureFileError(f"{self.path}: interface block at byte {offset} is too short")
         linktype, _reserved, snaplen = struct.unpack_from(order + "HHI", body, 0)
         num, den, offset_ns = 1000, 1, 0  # default resolution: microseconds
         pos = 8
@@ -162,6 +188,7 @@ class PcapngReader(CaptureReader):
         offset = 0
         order = "<"
         head = struct.Struct("<II")
+        trailer = struct.Struct("<I")
         interfaces: list[_Interface] = []
         last_ts = 0
         while offset + 12 <= size:
@@ -169,14 +196,34 @@ class PcapngReader(CaptureReader):
             if block_type == PCAPNG_SHB:
                 order = self._section_order(offset)
                 head = struct.Struct(order + "II")
+                trailer = struct.Struct(order + "I")
                 interfaces = []
             block_type, length = head.unpack_from(data, offset)
-            if length < 12 or length % 4 or offset + length > size:
-                raise BadCaptureFileError(f"{self.path}: bad block length {length} at {offset}")
+            if length < 12 or length % 4:
+                raise BadCaptureFileError(
+                    f"{self.path}: bad block length {length} at byte {offset}"
+                )
+            if offset + length > size:
+                raise BadCaptureFileError(
+                    f"{self.path}: the file ends inside the block at byte {offset}"
+                )
+            if trailer.unpack_from(data, offset + length - 4)[0] != length:
+                raise BadCaptureFileError(
+                    f"{self.path}: the block at byte {offset} is damaged "
+                    "(its trailing length differs)"
+                )
             body_start = offset + 8
             body_end = offset + length - 4
+            block_at = offset
             offset += length
-            self.position = offset
+            if block_type in (_EPB, _OPB) and body_end - body_start < 20:
+                raise BadCaptureFileError(
+                    f"{self.path}: packet block at byte {block_at} is too short"
+                )
+            if block_type == _SPB and body_end - body_start < 4:
+                raise BadCaptureFileError(
+                    f"{self.path}: simple packet block at byte {block_at} is too short"
+                )
             if block_type in (_EPB, _OPB):
                 if block_type == _EPB:
                     iface, ts_hi, ts_lo, caplen, wire_len = struct.unpack_from(
@@ -189,15 +236,16 @@ class PcapngReader(CaptureReader):
                     )
                     start = body_start + 20
                 if iface >= len(interfaces) or start + caplen > body_end:
-                    raise BadCaptureFileError(f"{self.path}: bad packet block at {offset - length}")
+                    raise BadCaptureFileError(f"{self.path}: bad packet block at byte {block_at}")
                 spec = interfaces[iface]
                 last_ts = ((ts_hi << 32) | ts_lo) * spec.num // spec.den + spec.offset_ns
+                self.position = offset
                 self.frames_read += 1
                 yield Frame(last_ts, spec.linktype, data[start : start + caplen], wire_len)
             elif block_type == _SPB:
                 if not interfaces:
                     raise BadCaptureFileError(
-                        f"{self.path}: simple packet block before an interface"
+                        f"{self.path}: simple packet block at byte {block_at} before an interface"
                     )
                 wire_len = struct.unpack_from(order + "I", data, body_start)[0]
                 spec = interfaces[0]
@@ -205,16 +253,23 @@ class PcapngReader(CaptureReader):
                 if spec.snaplen:
                     caplen = min(caplen, spec.snaplen)
                 start = body_start + 4
+                self.position = offset
                 self.frames_read += 1
                 yield Frame(last_ts, spec.linktype, data[start : start + caplen], wire_len)
-            elif block_type == _IDB:
-                spec = self._interface(order, data[body_start:body_end])
-                if spec.linktype not in SUPPORTED_LINKTYPES:
-                    raise BadCaptureFileError(
-                        f"{self.path}: interface {len(interfaces)} has unsupported "
-                        f"link type {spec.linktype}"
-                    )
-                interfaces.append(spec)
+            else:
+                if block_type == _IDB:
+                    spec = self._interface(order, data[body_start:body_end], block_at)
+                    if spec.linktype not in SUPPORTED_LINKTYPES:
+                        raise BadCaptureFileError(
+                            f"{self.path}: interface {len(interfaces)} (block at byte "
+                            f"{block_at}) has unsupported link type {spec.linktype}"
+                        )
+                    interfaces.append(spec)
+                self.position = offset
+        if offset < size:
+            raise BadCaptureFileError(
+                f"{self.path}: the file ends inside the block at byte {offset}"
+            )
 
 
 def open_capture(path: Path) -> CaptureReader:

@@ -1,4 +1,12 @@
-"""`collector replay FILE --log DIR`: run a pcap/pcapng file through the capture pipeline."""
+"""`collector replay FILE --log DIR`: run a pcap/pcapng file through the capture pipeline.
+
+The file is read the way `collector run` captures: the same BPF filter (`[capture]
+filter`, or `--filter`) decides which packets are read and the same server ports
+(`[capture] server_ports`, or `--server-port`) say which side of a connection
+picked up midway is the server. A damaged or cut file (what a killed tcpdump
+leaves) stops the replay where the damage is: everything read before it still
+becomes records, the summary says where it stopped, and the exit status is 1.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +15,7 @@ import json
 import logging
 import sys
 import time
-from dataclasses import asdict, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from rich.console import Console
@@ -16,6 +24,7 @@ from veritap.signing import KeyFormatError, Signer
 from veritap.toml_section import ConfigError
 
 from collector.capture.errors import CaptureError
+from collector.capture.frame_filter import FrameFilter
 from collector.capture.pcap_file import CaptureReader, open_capture
 from collector.config import CollectorConfig, load_config
 from collector.log import Log, LogError
@@ -33,13 +42,29 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="replay a capture file into the log",
         description=(
             "Read a pcap or pcapng file through reassembly, HTTP and the API dialects, and "
-            "append one record per exchange to the log in DIR (created when absent)."
+            "append one record per exchange to the log in DIR (created when absent). Packets "
+            "are filtered and flows oriented as `collector run` would."
         ),
     )
     parser.add_argument("file", type=Path, help="pcap or pcapng file")
     parser.add_argument("--log", type=Path, required=True, metavar="DIR", help="log directory")
     parser.add_argument("--config", type=Path, help="collector TOML file (defaults otherwise)")
     parser.add_argument("--origin", help="log origin (default: the config's)")
+    parser.add_argument(
+        "--filter",
+        metavar="EXPR",
+        help="BPF filter expression (default: the config's [capture] filter; '' for none)",
+    )
+    parser.add_argument(
+        "--server-port",
+        type=int,
+        action="append",
+        metavar="PORT",
+        help=(
+            "an API port (repeatable; default: the config's [capture] server_ports); the "
+            "filter still decides which packets are read"
+        ),
+    )
     parser.add_argument(
         "--key",
         type=Path,
@@ -51,6 +76,31 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--no-progress", action="store_true", help="never show a progress bar")
     parser.add_argument("--summary-json", type=Path, help="also write the summary as JSON here")
     parser.set_defaults(func=run)
+
+
+@dataclass(frozen=True)
+class ReadOutcome:
+    """How far the file was read: where it stopped, and why if it did not reach its end."""
+
+    packets: int
+    filtered: int
+    offset: int
+    size: int
+    damage: str = ""
+
+
+def _config(args: argparse.Namespace) -> CollectorConfig:
+    config = load_config(args.config)
+    if args.origin:
+        config = replace(config, origin=args.origin)
+    capture = config.capture
+    if args.filter is not None:
+        capture = replace(capture, filter=args.filter)
+    if args.server_port:
+        if not all(0 < port < 65536 for port in args.server_port):
+            raise ConfigError("--server-port: expected TCP ports (1..65535)")
+        capture = replace(capture, server_ports=tuple(args.server_port))
+    return replace(config, capture=capture)
 
 
 def _signer(args: argparse.Namespace, origin: str) -> Signer:
@@ -69,27 +119,30 @@ def _signer(args: argparse.Namespace, origin: str) -> Signer:
 def run(args: argparse.Namespace) -> int:
     err = Console(stderr=True)
     try:
-        config = load_config(args.config)
-        if args.origin:
-            config = replace(config, origin=args.origin)
-        origin = config.origin
+        config = _config(args)
+        frame_filter = FrameFilter(config.capture.filter) if config.capture.filter else None
         reader = open_capture(args.file)
     except (ConfigError, CaptureError, OSError) as exc:
         err.print(f"collector replay: {exc}", markup=False, highlight=False)
         return 2
     try:
-        signer = _signer(args, origin)
-        log = Log.open(args.log, origin=origin, signer=signer)
+        signer = _signer(args, config.origin)
+        log = Log.open(args.log, origin=config.origin, signer=signer)
     except (KeyFormatError, LogError, OSError) as exc:
         reader.close()
         err.print(f"collector replay: {exc}", markup=False, highlight=False)
         return 2
     try:
-        summary, elapsed, cpu, writer = _replay(args, config, reader, log, err)
+        summary, outcome, elapsed, cpu, writer = _replay(
+            args, config, reader, log, err, frame_filter=frame_filter
+        )
     finally:
         reader.close()
         log.close()
     sys.stdout.write(summary.report(elapsed, cpu, writer.appended, writer.failed))
+    sys.stdout.write(_read_report(outcome, frame_filter))
+    if outcome.damage:
+        err.print(f"collector replay: {outcome.damage}", markup=False, highlight=False)
     if args.summary_json is not None:
         args.summary_json.write_text(
             json.dumps(
@@ -98,11 +151,23 @@ def run(args: argparse.Namespace) -> int:
                     "seconds": elapsed,
                     "cpu_seconds": cpu,
                     "appended": writer.appended,
+                    "read": asdict(outcome),
                 },
                 default=str,
             )
         )
-    return 0 if writer.error is None and summary.internal_errors == 0 else 1
+    clean = writer.error is None and summary.internal_errors == 0 and not outcome.damage
+    return 0 if clean else 1
+
+
+def _read_report(outcome: ReadOutcome, frame_filter: FrameFilter | None) -> str:
+    where = "the end" if not outcome.damage else f"byte {outcome.offset} of {outcome.size}"
+    lines = [f"read            {outcome.packets} packets, stopped at {where}"]
+    if frame_filter is not None:
+        lines.append(
+            f"filter          {outcome.filtered} packets not matching {frame_filter.expression!r}"
+        )
+    return "\n".join(lines) + "\n"
 
 
 def _replay(
@@ -111,7 +176,9 @@ def _replay(
     reader: CaptureReader,
     log: Log,
     err: Console,
-) -> tuple[PipelineSummary, float, float, LogWriter]:
+    *,
+    frame_filter: FrameFilter | None,
+) -> tuple[PipelineSummary, ReadOutcome, float, float, LogWriter]:
     writer = LogWriter(
         log, batch_records=config.log.batch_records, batch_delay_s=config.log.batch_delay_s
     )
@@ -128,28 +195,42 @@ def _replay(
         disable=not show,
         transient=True,
     )
+    damage = ""
     try:
         with progress:
             task = progress.add_task("replay", total=reader.size, records=0)
             first_ts: int | None = None
             frame_fn = pipeline.frame
-            for count, (ts, linktype, data, _wire) in enumerate(reader.frames(), 1):
-                if args.realtime:
-                    if first_ts is None:
-                        first_ts = ts
-                    delay = (ts - first_ts) / 1e9 - (time.perf_counter() - started)
-                    if delay > 0:
-                        time.sleep(delay)
-                frame_fn(ts, linktype, data)
-                if show and not count & 0x3FFF:
-                    progress.update(
-                        task, completed=reader.position, records=pipeline.summary().records
-                    )
+            matches = frame_filter.matches if frame_filter is not None else None
+            try:
+                for count, (ts, linktype, data, _wire) in enumerate(reader.frames(), 1):
+                    if args.realtime:
+                        if first_ts is None:
+                            first_ts = ts
+                        delay = (ts - first_ts) / 1e9 - (time.perf_counter() - started)
+                        if delay > 0:
+                            time.sleep(delay)
+                    if matches is None or matches(linktype, data):
+                        frame_fn(ts, linktype, data)
+                    if show and not count & 0x3FFF:
+                        progress.update(
+                            task, completed=reader.position, records=pipeline.summary().records
+                        )
+            except CaptureError as exc:
+                damage = f"{exc}; stopped after {reader.frames_read} packets"
             pipeline.finish()
     finally:
         writer.close()
+    outcome = ReadOutcome(
+        packets=reader.frames_read,
+        filtered=frame_filter.rejected if frame_filter is not None else 0,
+        offset=reader.position,
+        size=reader.size,
+        damage=damage,
+    )
     return (
         pipeline.summary(),
+        outcome,
         time.perf_counter() - started,
         time.process_time() - cpu_started,
         writer,

@@ -63,3 +63,108 @@ def test_bad_files_raise(tmp_path: Path) -> None:
     path.write_bytes(path.read_bytes()[:-5])
     with open_capture(path) as reader, pytest.raises(BadCaptureFileError):
         list(reader.frames())
+
+
+def _frames_until_damage(path: Path) -> tuple[list[bytes], str, int, int]:
+    """The frames read before the reader raised, its message, position and count."""
+    got: list[bytes] = []
+    with open_capture(path) as reader:
+        with pytest.raises(BadCaptureFileError) as raised:
+            got.extend(f.data for f in reader.frames())
+        return got, str(raised.value), reader.position, reader.frames_read
+
+
+def _pcap_records(conv: Conversation) -> list[int]:
+    """Byte offsets of each record of `write_pcap(conv)`: after the 24-byte header."""
+    offsets, at = [], 24
+    for packet in conv.packets:
+        offsets.append(at)
+        at += 16 + len(frame(conv, packet))
+    return offsets
+
+
+@pytest.mark.parametrize("cut", [5, 16 + 3], ids=["inside-header", "inside-data"])
+def test_a_pcap_cut_inside_a_record_stops_there_after_the_frames_before_it(
+    tmp_path: Path, cut: int
+) -> None:
+    conv = _conv()
+    records = _pcap_records(conv)
+    path = write_pcap(tmp_path / "cut.pcap", conv)
+    path.write_bytes(path.read_bytes()[: records[4] + cut])
+    got, message, position, count = _frames_until_damage(path)
+    assert got == [frame(conv, p) for p in conv.packets[:4]]
+    assert (position, count) == (records[4], 4)
+    assert f"byte {records[4]}" in message and "ends inside the record" in message
+
+
+def test_a_bogus_caplen_stops_the_pcap_reader(tmp_path: Path) -> None:
+    conv = _conv()
+    records = _pcap_records(conv)
+    path = write_pcap(tmp_path / "bogus.pcap", conv)
+    data = bytearray(path.read_bytes())
+    struct.pack_into("<I", data, records[2] + 8, 0x7FFFFFF0)
+    path.write_bytes(bytes(data))
+    got, message, position, _ = _frames_until_damage(path)
+    assert len(got) == 2 and position == records[2]
+    assert f"record at byte {records[2]} claims 2147483632 captured bytes" in message
+
+
+def _pcapng_blocks(path: Path) -> list[tuple[int, int, int]]:
+    """(offset, type, length) of each block of a little-endian pcapng file."""
+    data = path.read_bytes()
+    blocks, at = [], 0
+    while at < len(data):
+        kind, length = struct.unpack_from("<II", data, at)
+        blocks.append((at, kind, length))
+        at += length
+    return blocks
+
+
+def _damage_pcapng(path: Path, change: str) -> int:
+    """Damage the third packet block of `path` as `change` says; returns its offset."""
+    data = bytearray(path.read_bytes())
+    packets = [b for b in _pcapng_blocks(path) if b[1] == 6]
+    at, _, length = packets[2]
+    if change == "cut":
+        del data[at + length // 2 :]
+    elif change == "trailer":
+        struct.pack_into("<I", data, at + length - 4, length + 4)
+    elif change == "length":
+        struct.pack_into("<I", data, at + 4, 7)
+    elif change == "caplen":
+        struct.pack_into("<I", data, at + 20, length)
+    path.write_bytes(bytes(data))
+    return at
+
+
+@pytest.mark.parametrize(
+    ("change", "says"),
+    [
+        ("cut", "ends inside the block"),
+        ("trailer", "damaged (its trailing length differs)"),
+        ("length", "bad block length 7"),
+        ("caplen", "bad packet block"),
+    ],
+)
+def test_a_damaged_pcapng_block_stops_the_reader_where_it_is(
+    tmp_path: Path, change: str, says: str
+) -> None:
+    conv = _conv()
+    path = write_pcapng(tmp_path / "damaged.pcapng", conv)
+    at = _damage_pcapng(path, change)
+    got, message, position, count = _frames_until_damage(path)
+    assert got == [frame(conv, p) for p in conv.packets[:2]]
+    assert (position, count) == (at, 2)
+    assert f"at byte {at}" in message and says in message
+
+
+def test_a_pcapng_interface_with_an_unknown_link_type_stops_the_reader(tmp_path: Path) -> None:
+    conv = _conv()
+    path = write_pcapng(tmp_path / "usb.pcapng", conv)
+    data = bytearray(path.read_bytes())
+    (idb,) = [b for b in _pcapng_blocks(path) if b[1] == 1]
+    struct.pack_into("<H", data, idb[0] + 8, 189)  # LINKTYPE_USB_LINUX
+    path.write_bytes(bytes(data))
+    got, message, position, _ = _frames_until_damage(path)
+    assert got == [] and position == idb[0]
+    assert f"interface 0 (block at byte {idb[0]}) has unsupported link type 189" in message
