@@ -11,11 +11,11 @@ What the record holds is what the client's OpenAI SDK shows
 `[DONE]`, at a chunk whose `error` is truthy, or at data that is not JSON (empty
 data too: the SDK raises at both); later events are counted and hashed
 (`ApiView.events_after_end`), never read into the text. `"error": null` (or any
-falsy value) is no error. The model comes from the request alone, never from
-the response, so the prover cannot choose the commitment. Whatever the bodies
-hold, `extract` returns an `Extraction`: bodies that Python's json cannot hold
-and strings protobuf refuses become problems (see `json_values`), never
-exceptions.
+falsy value) is no error, and a document is an error only by its 4xx/5xx
+status. The model comes from the request alone, never from the response, so
+the prover cannot choose the commitment. Whatever the bodies hold, `extract`
+returns an `Extraction`: bodies that Python's json cannot hold and strings
+protobuf refuses become problems (see `json_values`), never exceptions.
 """
 
 from __future__ import annotations
@@ -139,9 +139,14 @@ def set_token_ids(target: record_pb2.TokenIds, ids: list[int]) -> None:
     target.ids.extend(ids)
 
 
-def is_error(document: object) -> bool:
-    """Whether the SDK raises on this chunk or document: a mapping with a truthy `error`."""
-    return isinstance(document, dict) and bool(document.get("error"))
+def is_error(chunk: object) -> bool:
+    """Whether the SDK raises on this SSE chunk: a mapping with a truthy `error`.
+
+    A document is an error only by its HTTP status: the SDK parses a 2xx body
+    into its choices whatever `error` it holds (so an `error` a prover adds to a
+    2xx body cannot turn a completion into an unverifiable error).
+    """
+    return isinstance(chunk, dict) and bool(chunk.get("error"))
 
 
 def error_message(document: object) -> str:
@@ -264,7 +269,7 @@ class Dialect(ABC):
             else:
                 problems.append(f"response body is not JSON: {exc}")
             return
-        if response.status >= 400 or is_error(document):
+        if response.status >= 400:
             view.error = _fit(error_message(document), problems)
             return
         if not isinstance(document, dict):

@@ -551,8 +551,9 @@ class ApiView(_message.Message):
     response_id: _builtins.str
     """The response's id field (e.g. "chatcmpl-...")."""
     error: _builtins.str
-    """The error message the server returned: a 4xx/5xx response, or a document
-    or SSE chunk whose `error` is truthy (as the OpenAI SDKs test it).
+    """The error message the server returned: a 4xx/5xx response, or an SSE
+    chunk whose `error` is truthy (the OpenAI SDKs raise on both; a 2xx
+    document is read for its choices whatever `error` it holds).
     """
     events_after_end: _builtins.int
     """SSE events after the one that ended the stream for the client's SDK
