@@ -408,7 +408,7 @@ def test_resync_over_256_kib_of_hostile_bytes_is_linear_and_finds_the_next_respo
     h.send(C, req(b"1"))
     h.send(S, SSE_HEAD + chunked([b"data: 1\n\n"])[:-5])
     h.gap(S, 10)
-    junk = unit * (200 * 1024 // len(unit))
+    junk = unit * (256 * 1024 // len(unit))
     with cpu_bound(budget(len(junk), 2e-6)):
         h.send(S, junk + b"\n", sizes=[1460] * (len(junk) // 1460 + 1))
         h.send(S, resp(b"after"))
