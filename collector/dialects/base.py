@@ -12,7 +12,8 @@ What the record holds is what the client's OpenAI SDK shows
 data too: the SDK raises at both); later events are counted and hashed
 (`ApiView.events_after_end`), never read into the text. `"error": null` (or any
 falsy value) is no error, and a document is an error only by its 4xx/5xx
-status. The model comes from the request alone, never from the response, so
+status (a 4xx/5xx event stream is an error too: the SDK raises before reading
+it). The model comes from the request alone, never from the response, so
 the prover cannot choose the commitment. Whatever the bodies hold, `extract`
 returns an `Extraction`: bodies that Python's json cannot hold and strings
 protobuf refuses become problems (see `json_values`), never exceptions.
@@ -229,7 +230,7 @@ class Dialect(ABC):
                     problems.append("request body is not a JSON object")
         if response is not None:
             try:
-                if response.is_sse:
+                if response.is_sse and response.status < 400:
                     self._stream(response, view, problems)
                 elif response.body:
                     self._document(response, view, problems)

@@ -66,6 +66,13 @@ def test_a_falsy_error_in_a_document_is_no_error() -> None:
     assert rec.api.error == "" and rec.api.choices[0].text == words(2).text
 
 
+def test_an_event_stream_with_an_error_status_is_an_error_without_text() -> None:
+    call = streamed()
+    response = call.response().replace(b"HTTP/1.1 200 OK", b"HTTP/1.1 503 Busy", 1)
+    (rec,) = records((call.request(), response))
+    assert rec.api.error.startswith("data: ") and not rec.api.choices
+
+
 def test_an_error_in_a_2xx_document_is_no_error() -> None:
     # The SDK reads a 2xx body's choices whatever `error` it holds: a prover cannot make
     # a completion the client received look like an (unverifiable) error.
