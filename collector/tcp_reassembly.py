@@ -410,10 +410,21 @@ class Reassembler:
             self._learn_peer_base(flow, direction, seg.ack, ts)
         if not flow.established and flow.halves[1 - direction].base is not None:
             flow.established = True
-        base = half.base
-        pos = _unwrap(seq, base, half.next)
-        if seg.payload:
-            self._payload(flow, half, pos, seg.payload, ts)
+        next_pos = half.next
+        # _unwrap, inlined (hot path).
+        pos = next_pos + (((seq - half.base) - next_pos + _HALF) & _MASK) - _HALF
+        payload = seg.payload
+        if payload:
+            if pos == next_pos and not half.heap and half.fin_at is None and not half.ended:
+                # In order, nothing buffered, no FIN: the common case, delivered at once.
+                end = pos + len(payload)
+                if end > half.high:  # noqa: PLR1730 (hot path: max() costs a call)
+                    half.high = end
+                self._deliver(flow, half, payload, ts)
+                if half.hole_since is not None:
+                    self._settle(flow, half, ts)
+            else:
+                self._payload(flow, half, pos, payload, ts)
         if flags & TCP_ACK and flow.fin_seen:
             self._ack(flow, direction, seg.ack, ts)
         if flags & TCP_FIN:
