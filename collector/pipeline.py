@@ -65,6 +65,11 @@ class PipelineSummary:
             f"not recorded    {self.http.not_recorded} exchanges on unknown paths",
             f"gaps            {r.gaps} ({r.gap_bytes} bytes), "
             f"conflicting overlaps {r.overlap_conflicts}",
+            f"not trusted     bad checksums {d.bad_ip_checksum + d.bad_tcp_checksum}, "
+            f"bad IP lengths {d.bad_length}, TTL changes {r.ttl_departures}, ignored "
+            f"RST {r.ignored_resets} FIN {r.ignored_fins} SYN {r.ignored_syns}, "
+            f"out of window {r.out_of_window_segments}, fragment conflicts "
+            f"{d.fragment_conflicts}",
             f"drops           kernel {self.kernel_drops}, late segments {r.late_segments}, "
             f"memory cap hits {r.memory_cap_hits}, internal errors {self.internal_errors}",
             f"rate            {rate:.0f} records/s, {throughput:.1f} MB/s, "

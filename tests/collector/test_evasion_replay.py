@@ -9,6 +9,7 @@ client received, and never claim `complete` for bytes it may not have.
 from __future__ import annotations
 
 import hashlib
+import json
 import struct
 from dataclasses import replace
 from pathlib import Path
@@ -16,10 +17,11 @@ from pathlib import Path
 import pytest
 from veritap.v1 import record_pb2
 
+from collector.cli import main
 from collector.config import CollectorConfig
 from collector.pipeline import CapturePipeline
 from tests.collector.capture.test_ip_fragments import _v4_fragment
-from tests.collector.test_capture_replay import Capture, by_model, chat, replay, sha
+from tests.collector.test_capture_replay import Capture, by_model, chat, sha
 from tests.pcapgen import (
     ACK,
     CLIENT,
@@ -167,7 +169,12 @@ def test_what_the_client_received_is_what_the_record_holds(
     cap.add(conv, [p for p in conv.packets if p is not answer])
     expected["fragments"] = "complete"
 
-    records = replay(capsys, cap.write(tmp_path / "hostile.pcap"), tmp_path / "log")
+    pcap, log = cap.write(tmp_path / "hostile.pcap"), tmp_path / "log"
+    assert main(["replay", str(pcap), "--log", str(log), "--origin", "test.local/c"]) == 0
+    summary = capsys.readouterr().out
+    assert "bad checksums 1, bad IP lengths 0, TTL changes 1, ignored RST 1" in summary
+    assert main(["log", "export", str(log), "--format", "jsonl"]) == 0
+    records = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     got = by_model(records)
     assert sorted(got) == sorted(expected)
     for model, quality in expected.items():
