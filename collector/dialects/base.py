@@ -7,16 +7,18 @@ sorted keys, no spaces, UTF-8), so nothing the client sent is lost and no
 default is invented.
 
 What the record holds is what the client's OpenAI SDK shows
-(openai/_streaming.py): a stream ends at the first event whose data starts with
-`[DONE]`, at a chunk whose `error` is truthy, or at data that is not JSON (empty
-data too: the SDK raises at both); later events are counted and hashed
-(`ApiView.events_after_end`), never read into the text. `"error": null` (or any
-falsy value) is no error, and a document is an error only by its 4xx/5xx
-status (a 4xx/5xx event stream is an error too: the SDK raises before reading
-it). The model comes from the request alone, never from the response, so
-the prover cannot choose the commitment. Whatever the bodies hold, `extract`
-returns an `Extraction`: bodies that Python's json cannot hold and strings
-protobuf refuses become problems (see `json_values`), never exceptions.
+(openai/_streaming.py): a stream's events are those its decoder reads from the
+body (`sdk_sse`; `thread.` events carry no text), and the stream ends at the
+first event whose data starts with `[DONE]`, at a chunk whose `error` is
+truthy, or at data that is not JSON (empty data too: the SDK raises at both);
+later events are counted and hashed (`ApiView.events_after_end`), never read
+into the text. `"error": null` (or any falsy value) is no error, and a
+document is an error only by its 4xx/5xx status (a 4xx/5xx event stream is an
+error too: the SDK raises before reading it). The model comes from the request
+alone, never from the response, so the prover cannot choose the commitment.
+Whatever the bodies hold, `extract` returns an `Extraction`: bodies that
+Python's json cannot hold and strings protobuf refuses become problems (see
+`json_values`), never exceptions.
 """
 
 from __future__ import annotations
@@ -36,8 +38,8 @@ from collector.dialects.json_values import (
     load,
     proto_text,
 )
+from collector.dialects.sdk_sse import SdkEvent, SdkStream, sdk_events
 from collector.http.messages import ResponseMessage
-from collector.http.sse import SseEvent
 
 _INT64 = (-(2**63), 2**63 - 1)
 _FLOAT_FIELDS = (
@@ -51,6 +53,8 @@ _FLOAT_FIELDS = (
 _INT_FIELDS = ("top_k", "seed", "n", "top_logprobs")
 _BOOL_FIELDS = ("stream", "return_token_ids")
 _DONE = "[DONE]"
+# Assistants events, which the SDK's legacy stream mode hands on wrapped, not as chunks.
+_THREAD_EVENT = "thread."
 _LONE_SURROGATE = "response text holds lone surrogates (each kept as U+FFFD)"
 
 
@@ -180,7 +184,15 @@ def _fit(text: str, problems: list[str]) -> str:
     return fitted
 
 
-def _count_after_end(events: Iterator[SseEvent], view: record_pb2.ApiView) -> None:
+def _client_events(response: ResponseMessage) -> SdkStream:
+    """The events the client's SDK read: decoded from the body as it decodes them, or,
+    when the body has holes (a response_gap record), the HTTP layer's resynchronised ones."""
+    if not response.gaps:
+        return sdk_events(response.body)
+    return SdkStream(tuple(SdkEvent(e.event or None, e.data) for e in response.sse_events), None)
+
+
+def _count_after_end(events: Iterator[SdkEvent], view: record_pb2.ApiView) -> None:
     """Count and hash the events the SDK never reads (see the module docstring)."""
     digest = hashlib.sha256()
     count = 0
@@ -309,7 +321,8 @@ class Dialect(ABC):
         choices: dict[int, _ChoiceAccumulator] = {}
         bad = 0
         delta_text = self._delta_text
-        events = iter(response.sse_events)
+        stream = _client_events(response)
+        events = iter(stream.events)
         for position, event in enumerate(events, 1):
             data = event.data
             if data.startswith(_DONE):
@@ -319,6 +332,8 @@ class Dialect(ABC):
             except JsonError:
                 problems.append(f"SSE event {position} is not JSON (the SDK raises there)")
                 break
+            if event.event is not None and event.event.startswith(_THREAD_EVENT):
+                continue  # the SDK wraps it as {"data": ..., "event": ...}: no text, no error
             if not isinstance(chunk, dict):
                 bad += 1
                 continue
@@ -356,6 +371,10 @@ class Dialect(ABC):
                     acc.finish_reason = str(finish)
                     if item.get("stop_reason") is not None:
                         acc.stop_reason = canonical_json(item["stop_reason"])
+        else:  # every event read without an end: the stream stops where decoding does
+            if stream.undecodable_at is not None:
+                at = stream.undecodable_at
+                problems.append(f"SSE body is not UTF-8 at byte {at} (the SDK raises there)")
         _count_after_end(events, view)
         for index in sorted(choices):
             acc = choices[index]

@@ -145,3 +145,41 @@ def test_dialects_match_the_routed_path(target: str, dialect: str | None) -> Non
     found = REGISTRY.for_target(target)
     assert (found.name if found else None) == dialect
     assert REGISTRY.records("POST", target) is (dialect is not None)
+
+
+def with_events(call: Call, position: int, *raw: bytes) -> bytes:
+    """`call`'s SSE response with `raw` bytes inserted before its event `position`."""
+    events = call.sse_events()
+    return sse_response([*events[:position], b"".join(raw), *events[position:]])
+
+
+def test_a_byte_order_mark_hides_the_first_event_from_the_sdk() -> None:
+    call = streamed()
+    events = call.sse_events()
+    response = sse_response([b"\xef\xbb\xbf" + content_event("hidden"), *events])
+    (rec,) = records((call.request(), response))
+    assert rec.api.choices[0].text == words(3).text
+    assert rec.quality == record_pb2.CAPTURE_QUALITY_COMPLETE, rec.quality_reason
+
+
+def test_thread_events_carry_no_text() -> None:
+    call = streamed()
+    response = with_events(call, 2, b"event: thread.message\n", content_event(" hidden"))
+    (rec,) = records((call.request(), response))
+    assert rec.api.choices[0].text == words(3).text
+
+
+def test_the_text_ends_where_the_body_stops_being_utf8() -> None:
+    call = streamed()
+    (rec,) = records((call.request(), with_events(call, 2, b"data: \xff\n\n")))
+    assert rec.api.choices[0].text == words(3).tokens[0]
+    assert "SSE body is not UTF-8 at byte" in rec.quality_reason
+    assert rec.api.events_after_end == 0  # the SDK reads no event past it
+
+
+def test_an_id_then_a_blank_line_ends_the_text() -> None:
+    # After an id, every blank line dispatches: an empty event the SDK cannot decode.
+    call = streamed()
+    (rec,) = records((call.request(), with_events(call, 2, b"id: 1\n\n")))
+    assert rec.api.choices[0].text == words(3).tokens[0]
+    assert "SSE event 3 is not JSON (the SDK raises there)" in rec.quality_reason

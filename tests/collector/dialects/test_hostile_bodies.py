@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -12,7 +13,7 @@ from veritap.v1 import record_pb2
 from collector.dialects import DIALECTS, Dialect, Extraction
 from collector.dialects.json_values import canonical_json
 from collector.dialects.openai_chat import OpenAIChat
-from collector.http.messages import ResponseMessage
+from collector.http.messages import BodyGap, ResponseMessage
 from collector.http.sse import SseEvent
 from collector.records import quality_name
 from tests.collector.dialects.test_openai_dialects import MESSAGES, records, sse_response
@@ -151,7 +152,9 @@ def test_a_failing_extractor_still_gives_one_parse_error_record(
     assert rec.request.body == CALL.request_json()  # nothing else holds it now
 
 
-def _response(body: bytes, events: list[str], *, sse: bool, status: int) -> ResponseMessage:
+def _response(
+    body: bytes, *, sse: bool, status: int, events: tuple[SseEvent, ...] = ()
+) -> ResponseMessage:
     return ResponseMessage(
         status=status,
         reason="OK",
@@ -165,7 +168,7 @@ def _response(body: bytes, events: list[str], *, sse: bool, status: int) -> Resp
         last_byte_ns=2,
         gaps=(),
         problems=(),
-        sse_events=tuple(SseEvent(i, "", data, "") for i, data in enumerate(events)),
+        sse_events=events,
         is_sse=sse,
     )
 
@@ -243,7 +246,10 @@ FUZZ = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCh
 def test_any_document_bodies_give_an_extraction(
     name: str, request: bytes, response: bytes, status: int
 ) -> None:
-    _check(DIALECTS[name], request, _response(response, [], sse=False, status=status))
+    _check(DIALECTS[name], request, _response(response, sse=False, status=status))
+
+
+_EVENT_LINES = st.sampled_from([b"", b"event: thread.x", b"event: e", b"id: 1", b":c", b"data:"])
 
 
 @FUZZ
@@ -251,10 +257,24 @@ def test_any_document_bodies_give_an_extraction(
     st.sampled_from(sorted(DIALECTS)),
     _bodies(),
     st.lists(
-        _bodies().map(lambda b: b.decode("utf-8", "replace"))
-        | st.sampled_from(["[DONE]", "", "{"]),
+        st.tuples(_EVENT_LINES, _bodies() | st.sampled_from([b"[DONE]", b"", b"{"])),
         max_size=12,
     ),
 )
-def test_any_sse_events_give_an_extraction(name: str, request: bytes, events: list[str]) -> None:
-    _check(DIALECTS[name], request, _response(b"", events, sse=True, status=200))
+def test_any_sse_body_gives_an_extraction(
+    name: str, request: bytes, events: list[tuple[bytes, bytes]]
+) -> None:
+    body = b"".join(line + b"\ndata: " + data + b"\n\n" for line, data in events)
+    _check(DIALECTS[name], request, _response(body, sse=True, status=200))
+
+
+@FUZZ
+@given(
+    st.sampled_from(sorted(DIALECTS)),
+    st.lists(_bodies().map(lambda b: b.decode("utf-8", "replace")), max_size=12),
+)
+def test_any_resynchronised_events_give_an_extraction(name: str, datas: list[str]) -> None:
+    """A body with holes is read through the HTTP layer's events."""
+    events = tuple(SseEvent(i, "", data, "") for i, data in enumerate(datas))
+    response = replace(_response(b"", sse=True, status=200, events=events), gaps=(BodyGap(0, 9),))
+    _check(DIALECTS[name], b"", response)
