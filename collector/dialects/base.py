@@ -14,8 +14,10 @@ truthy, or at data that is not JSON (empty data too: the SDK raises at both);
 later events are counted and hashed (`ApiView.events_after_end`), never read
 into the text. `"error": null` (or any falsy value) is no error, and a
 document is an error only by its 4xx/5xx status (a 4xx/5xx event stream is an
-error too: the SDK raises before reading it). The model comes from the request
-alone, never from the response, so the prover cannot choose the commitment.
+error too: the SDK raises before reading it). Whether a response is a stream is
+the request's `stream`, as for the SDK, not the response's content type. The
+model comes from the request alone, never from the response, so the prover
+cannot choose the commitment.
 Whatever the bodies hold, `extract` returns an `Extraction`: bodies that
 Python's json cannot hold and strings protobuf refuses become problems (see
 `json_values`), never exceptions.
@@ -241,8 +243,11 @@ class Dialect(ABC):
                 else:
                     problems.append("request body is not a JSON object")
         if response is not None:
+            # The SDK streams when the request asked to, whatever the response's type says.
+            sampling = view.sampling
+            streamed = sampling.stream if sampling.HasField("stream") else response.is_sse
             try:
-                if response.is_sse and response.status < 400:
+                if streamed and response.status < 400:
                     self._stream(response, view, problems)
                 elif response.body:
                     self._document(response, view, problems)

@@ -126,7 +126,7 @@ def test_crafted_answers_give_the_clients_view(
         absolute.response(),
     )
 
-    cap.add(call("deep").request(), document(b"[" * 50_000 + b"]" * 50_000))
+    cap.add(call("deep", stream=False).request(), document(b"[" * 50_000 + b"]" * 50_000))
     surrogate = call("surrogate", stream=False)
     cap.add(
         surrogate.request(),

@@ -183,3 +183,17 @@ def test_an_id_then_a_blank_line_ends_the_text() -> None:
     (rec,) = records((call.request(), with_events(call, 2, b"id: 1\n\n")))
     assert rec.api.choices[0].text == words(3).tokens[0]
     assert "SSE event 3 is not JSON (the SDK raises there)" in rec.quality_reason
+
+
+def test_the_request_decides_whether_the_response_is_a_stream() -> None:
+    call = streamed()
+    as_json = call.response().replace(b"text/event-stream", b"application/json")
+    (rec,) = records((call.request(), as_json))
+    assert rec.api.choices[0].text == words(3).text
+    assert rec.quality == record_pb2.CAPTURE_QUALITY_COMPLETE, rec.quality_reason
+    document = Call("/v1/chat/completions", "m", MESSAGES, {"stream": False}, [words(2)])
+    body = document.response_json()
+    as_sse = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-length: %d\r\n\r\n"
+    (rec,) = records((document.request(), as_sse % len(body) + body))
+    assert rec.api.choices[0].text == words(2).text
+    assert rec.quality == record_pb2.CAPTURE_QUALITY_COMPLETE, rec.quality_reason
