@@ -195,6 +195,7 @@ KEYS = [
     "logprobs",
     "message",
     "n",
+    "stream",
 ]
 
 
