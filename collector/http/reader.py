@@ -150,7 +150,7 @@ class MessageReader(ABC):
         self._msg: _Message | None = None
         self._parser: httptools.HttpRequestParser | httptools.HttpResponseParser | None = None
         self._priming = False
-        self._ts = 0
+        self._chunk_data: list[bytes] = []  # what llhttp decoded during one feed_data call
         self._head_tail = b""
         self._head_len = 0
         self._remaining = 0
@@ -301,7 +301,7 @@ class MessageReader(ABC):
             self._msg.head_done = True
 
     def on_body(self, body: bytes) -> None:
-        self._body(body, self._ts)
+        self._chunk_data.append(body)
 
     def on_message_complete(self) -> None:
         if self._msg is not None:
@@ -429,14 +429,15 @@ class MessageReader(ABC):
             self._unsync()
             return pos
         msg.wire += end - pos
-        self._ts = ts
         try:
             parser.feed_data(data if end - pos == len(data) else data[pos:end])
         except httptools.HttpParserError as exc:
+            self._take_chunk_data(ts)
             msg.problems.append(Problem(ProblemKind.PARSE_ERROR, f"bad chunked body: {exc}"))
             self._finish()
             self._unsync()
             return end
+        self._take_chunk_data(ts)
         if self._framer.done:
             if not msg.parsed:
                 msg.problems.append(
@@ -447,6 +448,14 @@ class MessageReader(ABC):
             else:
                 self._complete()
         return end
+
+    def _take_chunk_data(self, ts: int) -> None:
+        """The body bytes of every chunk in one segment go on as one piece: tiny chunks cost
+        one pass through decoding, the body cap and SSE per segment, not per chunk."""
+        pieces = self._chunk_data
+        if pieces:
+            self._chunk_data = []
+            self._body(pieces[0] if len(pieces) == 1 else b"".join(pieces), ts)
 
     def _feed_chunk_resync(self, data: bytes, pos: int, ts: int) -> int:
         msg = self._msg
