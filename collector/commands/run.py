@@ -29,6 +29,7 @@ from collector.config import CollectorConfig, load_config
 from collector.ledger.errors import LedgerError
 from collector.ledger.server import LedgerServiceThread
 from collector.log import Log, LogError
+from collector.log.append_retry import RetryingAppend
 from collector.metrics import METRICS, CaptureFeed, CaptureTotals
 from collector.pipeline import CapturePipeline, LogWriter, PipelineSummary
 
@@ -99,7 +100,7 @@ def run(args: argparse.Namespace) -> int:
     METRICS.log_read(log.head().seq, log.stats().last_checkpoint_size)
     METRICS.watch_log(log)
     writer = LogWriter(
-        log,
+        RetryingAppend(log),
         batch_records=config.log.batch_records,
         batch_delay_s=config.log.batch_delay_s,
         metrics=METRICS,
@@ -147,10 +148,19 @@ def run(args: argparse.Namespace) -> int:
         log.close()
         if metrics_server is not None:
             metrics_server.close()
+    if writer.error is not None:
+        _fail_loudly(writer)
     summary = pipeline.summary(kernel_drops=drops)
     elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu_started
     sys.stdout.write(summary.report(elapsed, cpu, writer.appended, writer.failed))
     return 0 if writer.error is None else 1
+
+
+def _fail_loudly(writer: LogWriter) -> None:
+    """Say why capture stops: the exit status (1) then makes systemd restart the collector."""
+    message = f"capture stopped: the log cannot be appended ({writer.error})"
+    logger.error(message, extra={"failed_records": writer.failed, "appended": writer.appended})
+    print(f"collector run: {message}", file=sys.stderr, flush=True)
 
 
 def _open_capture(config: CollectorConfig) -> LiveCapture:
@@ -177,7 +187,9 @@ def _capture_loop(
     snapshot: CaptureSnapshot,
     feed: CaptureFeed,
 ) -> None:
-    """Read, decode and record until `stop`; pings the systemd watchdog from this loop."""
+    """Read, decode and record until `stop` or until the log cannot be appended any more
+    (the writer retries a failed append with back-off first; see `RetryingAppend`); pings
+    the systemd watchdog from this loop."""
     linktype = capture.linktype
     frame = pipeline.frame
     next_stats = time.monotonic() + config.capture.stats_interval_s
