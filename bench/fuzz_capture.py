@@ -15,9 +15,10 @@ backtracked or re-scanned). The SSE parser and the readers also get holes
 - hang: an input over its CPU bound, 0.5 s + 2 µs per byte, enforced with
   ITIMER_PROF (tests/cpu_bound.py; target 0)
 - rate: bytes per CPU second (the thread's CPU clock) of every input of at
-  least 16 KiB, fed in 1460-byte segments, against typical traffic: the
-  unmutated keep-alive connections through both readers (the whole HTTP layer:
-  llhttp, framing, decoding, SSE), fed the same way in the same run. The
+  least 16 KiB, fed in 1460-byte segments, against typical traffic: keep-alive
+  connections of bench/capture.py's mix of calls (half streamed, 100..5000
+  tokens), both directions through both readers (the whole HTTP layer: llhttp,
+  framing, decoding, SSE), fed the same way in the same run. The
   slowest inputs are re-measured (median of 5) and the worst is reported
   (target >= 0.1x). Smaller inputs get segments of 1 to 9000 bytes and count for
   crashes and hangs only. Each parser's rate on its own unmutated seeds is shown
@@ -79,6 +80,8 @@ SLOWEST_KEPT = 5
 REMEASURE = 5
 TARGET = 0.1
 SAVED_PER_PARSER = 20
+TYPICAL_CONNECTIONS = 4
+CALLS_PER_CONNECTION = 4
 SEGMENTS = (1, 2, 7, 64, 536, 1460, 9000)
 LIMITS = HttpLimits()
 TOKENS = (
@@ -412,14 +415,49 @@ def own_typical_rate(feed: Feed, large: Sequence[Seed]) -> float:
     return statistics.median(_median_rate(feed, c, d, REMEASURE) for c, d in large)
 
 
-def typical_traffic_rate(corpus: dict[str, tuple[list[Seed], list[Seed]]]) -> float:
-    """Typical traffic through the HTTP layer: both readers over the unmutated connections."""
+def _typical_call(rng: random.Random, index: int) -> Call:
+    """A call of bench/capture.py's mix: half streamed (100..5000 tokens, long-tailed), JSON
+    answers of 50..800 tokens, prompts of 5..40 words."""
+    stream = index % 2 == 0
+    tokens = (
+        int(math.exp(rng.uniform(math.log(100), math.log(5000))))
+        if stream
+        else rng.randint(50, 800)
+    )
+    params: dict[str, object] = {
+        "temperature": 0.7,
+        "seed": index,
+        "max_tokens": tokens,
+        "return_token_ids": True,
+    }
+    if stream:
+        params["stream"] = True
+    return Call(
+        "/v1/chat/completions",
+        "bench-model",
+        [{"role": "user", "content": "benchmark prompt " * rng.randint(5, 40)}],
+        params,
+        [words(tokens, seed=index)],
+        prompt_token_ids=tuple(range(1, rng.randint(20, 200))),
+        response_id=f"chatcmpl-{index}",
+    )
+
+
+def typical_traffic_rate(rng: random.Random) -> float:
+    """Typical traffic through the HTTP layer: keep-alive connections of bench/capture.py's
+    mix, the client side through the request reader and the server side through the
+    response reader."""
     work = 0
     spent = 0.0
-    for name, feed in (("request reader", feed_requests), ("response reader", feed_responses)):
-        for context, data in corpus[name][1]:
+    for connection in range(TYPICAL_CONNECTIONS):
+        first = connection * CALLS_PER_CONNECTION
+        calls = [_typical_call(rng, first + k) for k in range(CALLS_PER_CONNECTION)]
+        for feed, data in (
+            (feed_requests, b"".join(c.request() for c in calls)),
+            (feed_responses, b"".join(c.response() for c in calls)),
+        ):
             work += len(data)
-            spent += len(data) / _median_rate(feed, context, data, REMEASURE)
+            spent += len(data) / _median_rate(feed, "", data, REMEASURE)
     return work / spent
 
 
@@ -536,7 +574,7 @@ def main() -> int:
     rng = random.Random(args.seed)
     corpus = seeds(rng)
     started = time.process_time()
-    typical = typical_traffic_rate(corpus)
+    typical = typical_traffic_rate(random.Random(args.seed))
     rows = []
     for each in PARSERS:
         own = own_typical_rate(each.feed, corpus[each.name][1])
