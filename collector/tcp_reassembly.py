@@ -44,9 +44,13 @@ gets here.
   `memory_cap_hits` counts it), or when the flow ends. Buffered bytes are
   counted with `SEGMENT_OVERHEAD` per segment, what a segment costs in Python
   beyond its payload. The handler then gets `on_gap(length)` and the stream
-  goes on after it. Payload that starts more than `window_bytes` past the
-  next expected byte is outside any receive window: counted
-  (`out_of_window_segments`) and ignored.
+  goes on after it. The timeout runs from the later of the first buffered
+  segment's arrival and the stream's last move, so a segment planted far
+  ahead cannot time out a stream that still flows. Payload that starts more
+  than `window_bytes` past the next expected byte is outside any receive
+  window: counted (`out_of_window_segments`) and ignored, unless the stream
+  has not moved for `gap_timeout_ns` (the tap lost more than a window: the
+  far bytes are buffered, and the hole before them times out in turn).
 - **Midstream pickup.** A direction whose SYN was not seen starts at the first
   byte seen (its handshake peer's ACK is used when available); `on_start`
   tells the handler whether the stream start is known.
@@ -217,6 +221,7 @@ class _Half:
     """One direction of a flow."""
 
     __slots__ = (
+        "advanced_at",
         "base",
         "direction",
         "ended",
@@ -243,6 +248,8 @@ class _Half:
         self.midstream = False
         self.ttl: int | None = None
         self.next = 0
+        # Capture time the stream position last moved (or its first segment arrived).
+        self.advanced_at = 0
         # The highest stream position any segment of this direction reached.
         self.high = 0
         self.heap: list[_Entry] = []
@@ -380,6 +387,7 @@ class Reassembler:
         half = flow.halves[direction]
         if half.ttl is None:
             half.ttl = seg.ttl
+            half.advanced_at = ts
         elif seg.ttl != half.ttl:
             stats.ttl_departures += 1
             return
@@ -421,6 +429,7 @@ class Reassembler:
                 if end > half.high:  # noqa: PLR1730 (hot path: max() costs a call)
                     half.high = end
                 self._deliver(flow, half, payload, ts)
+                half.advanced_at = ts
                 if half.hole_since is not None:
                     self._settle(flow, half, ts)
             else:
@@ -567,8 +576,12 @@ class Reassembler:
                 self._check_delivered(flow, half, pos, payload[: next_pos - pos], ts)
                 payload = payload[next_pos - pos :]
             self._run(flow, half, payload, ts)
+            half.advanced_at = ts
             self._settle(flow, half, ts)
-        elif pos - next_pos > self.limits.window_bytes:
+        elif (
+            pos - next_pos > self.limits.window_bytes
+            and ts - half.advanced_at < self.limits.gap_timeout_ns
+        ):
             stats.out_of_window_segments += 1
         else:
             stats.out_of_order_segments += 1
@@ -672,7 +685,9 @@ class Reassembler:
     def _settle(self, flow: _Flow, half: _Half, ts: int) -> None:
         """After the stream moved: restart the hole clock, or end the direction at its FIN."""
         if half.heap:
-            half.hole_since = half.heap[0][3]
+            # The hole's clock runs from the later of its first buffered segment and the
+            # stream's last move: a segment far ahead cannot time out a stream that flows.
+            half.hole_since = max(half.heap[0][3], half.advanced_at)
             self._holes.add((flow, half.direction))
         elif half.fin_at is not None and half.next < half.fin_at:
             if half.hole_since is None:
@@ -697,6 +712,7 @@ class Reassembler:
         self.stats.gaps += 1
         self.stats.gap_bytes += length
         half.next = target
+        half.advanced_at = ts
         half.tail.clear()
         half.tail_start = target
         flow.handler.on_gap(half.direction, length, ts)

@@ -19,7 +19,7 @@ from collector.tcp_reassembly import (
 from tests.collector.stream_recorder import Recorders
 from tests.collector.test_tcp_reassembly import run, seg
 from tests.cpu_bound import cpu_bound
-from tests.pcapgen import ACK, CLIENT, FIN, RST, SERVER, Conversation, Packet
+from tests.pcapgen import ACK, CLIENT, FIN, RST, SERVER, Conversation, Packet, retimed
 
 
 def sha(data: bytes) -> bytes:
@@ -344,3 +344,28 @@ def test_a_rst_just_past_a_fin_ends_the_flow() -> None:
     conv.packets.append(Packet(conv.ts, SERVER, conv.next_seq[SERVER] & 0xFFFFFFFF, 0, RST))
     r, rec = run(conv, flush=False)
     assert rec.flows[0].closed == "rst" and r.stats.resets == 1
+
+
+def test_a_segment_planted_far_ahead_does_not_time_out_a_flowing_stream() -> None:
+    conv = Conversation(step=0.1).handshake()
+    segs = conv.send(SERVER, b"s" * 50_000, sizes=[1000] * 50, ack=False)
+    planted = replace(segs[0], seq=(segs[0].seq + 1_000_000) & 0xFFFFFFFF, payload=b"!")
+    pkts = list(conv.packets)
+    pkts.insert(pkts.index(segs[0]), planted)
+    limits = ReassemblyLimits(gap_timeout_ns=1_000_000_000)
+    r, rec = run(conv, pkts, limits, flush=False)
+    assert r.stats.timeout_gaps == 0
+    assert bytes(rec.flows[0].data[SERVER_TO_CLIENT]) == b"s" * 50_000
+
+
+def test_after_losing_more_than_a_window_the_stream_resumes() -> None:
+    conv = Conversation(step=0.1).handshake()
+    data = bytes(range(250)) * 200
+    segs = conv.send(SERVER, data, sizes=[1000] * 50, ack=False)
+    pkts = retimed([p for p in conv.packets if p not in segs[1:21]], 1.0, 0.1)
+    limits = ReassemblyLimits(gap_timeout_ns=1_000_000_000, window_bytes=10_000)
+    r, rec = run(conv, pkts, limits, flush=False)
+    delivered = bytes(rec.flows[0].data[SERVER_TO_CLIENT])
+    assert r.stats.out_of_window_segments > 0 and r.stats.gaps == 1
+    assert delivered[:1000] == data[:1000] and data.endswith(delivered[1000:])
+    assert len(delivered) > 1000 + 10 * 1000
