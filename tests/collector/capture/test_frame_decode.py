@@ -5,9 +5,12 @@ from __future__ import annotations
 import struct
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from collector.capture.decode import ChecksumPolicy, FrameDecoder
 from collector.capture.errors import UnsupportedLinkTypeError
+from tests.cpu_bound import cpu_bound
 from tests.pcapgen import (
     LINK_ETHERNET,
     LINK_RAW,
@@ -152,3 +155,34 @@ def _fix_ipv4_checksum(data: bytearray, offset: int) -> None:
     while total > 0xFFFF:
         total = (total & 0xFFFF) + (total >> 16)
     struct.pack_into("!H", data, offset + 10, ~total & 0xFFFF)
+
+
+def _valid_frames() -> list[bytes]:
+    v4, v6 = Conversation(), Conversation(client=("fd00::1", 5555), server=("fd00::2", 8000))
+    packet = Packet(1.5, 0, 1234, 99, 0x18, PAYLOAD * 3)
+    return [
+        frame(conv, packet, link=link) for conv in (v4, v6) for link in (LINK_ETHERNET, LINK_RAW)
+    ]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    base=st.sampled_from(_valid_frames()),
+    edits=st.lists(st.tuples(st.integers(0, 200), st.integers(0, 255)), max_size=8),
+    cut=st.integers(0, 400),
+    dlt=st.sampled_from([1, 101]),
+)
+def test_mutated_frames_never_raise_and_decode_in_bounded_time(
+    base: bytes, edits: list[tuple[int, int]], cut: int, dlt: int
+) -> None:
+    data = bytearray(base[:cut] if cut < len(base) else base)
+    for at, value in edits:
+        if at < len(data):
+            data[at] = value
+    with cpu_bound(0.5):
+        for policy in ChecksumPolicy:
+            decoder = FrameDecoder(dlt, policy)
+            seg = decoder.decode(0, bytes(data))
+            stats = decoder.stats
+            assert stats.frames == 1
+            assert (seg is None) != (stats.segments == 1)
