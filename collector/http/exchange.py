@@ -44,9 +44,11 @@ until the client side passes its time or ends, since a request may be held up
 behind a hole in the other direction. Requests and their start times are kept
 in lists bisected by time, so each decision costs O(log n).
 
-Known limit: a client that pipelines without showing it (every overlap hidden
-by loss) and loses whole requests can still get a response paired with a later
-request than the one it answers.
+Known limit: "one at a time" is an assumption. A client that pipelines while
+the messages that would show it are lost (the response to its first request,
+or the requests sent ahead) can get responses paired with the request after
+the one they answer. HTTP clients of the OpenAI API (httpx, aiohttp, requests)
+do not pipeline; a connection that shows pipelining never uses the rule.
 """
 
 from __future__ import annotations
@@ -411,9 +413,12 @@ class Connection(RequestListener, ResponseListener):
                 return False
             self._orphan(response, "no request fits this response in order and time")
             return True
-        # The latest request begun before the response (skew allowed) and before it ended.
+        # The latest request begun before the response: strictly before its first byte, or
+        # within the skew after it but not within the skew before its end (there, it is
+        # likelier the next request, sent once this response was read).
+        first, last = response.first_byte_ns, response.last_byte_ns
         latest, latest_final = self._time_bound(
-            min(response.first_byte_ns + self._skew, response.last_byte_ns)
+            min(first + self._skew, max(first, last - self._skew)) - 1
         )
         if not latest_final:
             return False
@@ -444,12 +449,13 @@ class Connection(RequestListener, ResponseListener):
 
         The client waited for the previous response to end before it sent the request
         this answers, and for this one before sending the next: so this answers the
-        `latest` request begun before it (skew allowed) and before it ended, when that
+        `latest` request begun before it (see `_decide_one` for the skew), when that
         request is visible, unanswered, in the range and begun after the previous
-        response ended. Requests hidden after it are answered later, unless a response
-        was lost too: then none may be hidden there, and every other request in the
-        range must have begun after the previous response ended (a client that pipelined
-        them while the responses were lost could not be told from one that did not).
+        response ended. When the previous response could not be paired, or a response
+        was lost before this one, a client that pipelined while the messages showing it
+        were lost reads the same: then no other visible request may be in the range and
+        none may be hidden right after `latest`, or, after a loss with the previous
+        response paired, every other request in the range must have begun after it.
         """
         if self._pipelined:
             return None
@@ -461,10 +467,11 @@ class Connection(RequestListener, ResponseListener):
         end = self._last_response_end
         if end is not None and slot.first_ts < end:
             return None
-        if pending.loss_before is Loss.NONE:
+        uncertain = self._lo < self._hi
+        if pending.loss_before is Loss.NONE and not uncertain:
             return position
         others = self._span(lo, position - 1)
-        if index + 1 in self._client_losses:
+        if (uncertain and (others or not _visible(lo))) or index + 1 in self._client_losses:
             return None
         if others and (end is None or self._requests[others[0] - self._base].first_ts < end):
             return None
