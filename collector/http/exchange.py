@@ -26,11 +26,11 @@ For each response the connection keeps the range of requests it may answer
 - **One at a time.** Clients send a request after the previous response has
   ended unless the connection shows otherwise: a request begun before the
   previous response ended marks the connection pipelined. On a connection not
-  pipelined, a response answers the latest request begun before it (skew
-  allowed) and before it ended, when that request is visible, unanswered and
-  begun after the previous response ended. After a lost response this holds
-  only when no request may be hidden right after that one and every other
-  request in the range also began after the previous response ended.
+  pipelined, a response answers the latest request begun before it, when that
+  request is visible, unanswered and begun after the previous response ended.
+  After a lost response, or a predecessor that could not be paired, a client
+  that pipelined while the messages showing it were lost reads the same, so
+  the rule then asks more (see `_one_at_a_time`).
 
 A response whose range holds one request pairs with it, or is an orphan when
 that request is hidden (`no_request`; `midstream` before the first request of
