@@ -6,9 +6,12 @@ import struct
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from collector.capture.errors import BadCaptureFileError
 from collector.capture.pcap_file import PcapngReader, PcapReader, open_capture
+from tests.cpu_bound import budget, cpu_bound
 from tests.pcapgen import Conversation, frame, write_pcap, write_pcapng
 
 
@@ -168,3 +171,41 @@ def test_a_pcapng_interface_with_an_unknown_link_type_stops_the_reader(tmp_path:
     got, message, position, _ = _frames_until_damage(path)
     assert got == [] and position == idb[0]
     assert f"interface 0 (block at byte {idb[0]}) has unsupported link type 189" in message
+
+
+def _read_all(path: Path) -> int:
+    """Frames read before the end or the damage; any other exception fails the caller."""
+    try:
+        reader = open_capture(path)
+    except BadCaptureFileError:
+        return 0
+    with reader:
+        try:
+            for _ in reader.frames():
+                pass
+        except BadCaptureFileError:
+            pass
+        assert reader.position <= reader.size
+        return reader.frames_read
+
+
+@settings(
+    max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    st.sampled_from(["pcap", "pcapng"]),
+    st.lists(st.tuples(st.integers(0, 4095), st.integers(0, 255)), max_size=8),
+    st.integers(0, 4096),
+)
+def test_mutated_files_yield_frames_or_a_damage_error_within_a_cpu_bound(
+    tmp_path: Path, kind: str, flips: list[tuple[int, int]], cut: int
+) -> None:
+    conv = _conv()
+    writer = write_pcap if kind == "pcap" else write_pcapng
+    path = writer(tmp_path / f"fuzz.{kind}", conv)
+    data = bytearray(path.read_bytes())
+    for at, value in flips:
+        data[at % len(data)] = value
+    path.write_bytes(bytes(data[: max(1, len(data) - cut % len(data))]))
+    with cpu_bound(budget(len(data))):
+        assert _read_all(path) <= len(conv.packets)
