@@ -68,6 +68,7 @@ class HttpLimits:
     max_body_bytes: int = 64 * 1024 * 1024
     # How much of a chunked body to search for a chunk boundary after a gap.
     resync_window_bytes: int = 256 * 1024
+    # An SSE line longer than this, or an event past this many, is dropped and counted (`sse`).
     max_sse_line_bytes: int = MAX_LINE_BYTES
     max_sse_events: int = MAX_EVENTS
     # How much earlier than its request a response may be captured and still pair with it
