@@ -23,8 +23,10 @@ gets here.
   a connection therefore ends in gaps: loss is visible, a wrong `complete` is not.)
 - **Conflicting overlaps are ambiguous.** A copy of bytes the stream already
   holds is compared with it: with the recently delivered tail
-  (`overlap_check_bytes`; older bytes are past any client's retransmission
-  window) and with buffered out-of-order copies. The copy that reaches the
+  (`overlap_check_bytes`, kept per direction in at most 1.25 times that and
+  not counted in `max_buffered_bytes`: `max_flows` bounds it; older bytes are
+  past any client's retransmission window) and with buffered out-of-order
+  copies. The copy that reaches the
   stream's next position first is delivered (for the same start, the one
   captured first); every buffered copy it overlaps is compared *before* the
   bytes are delivered, so the handler hears `on_ambiguous` ahead of the
@@ -624,7 +626,8 @@ class Reassembler:
             tail = half.tail
             tail += data
             excess = len(tail) - limit
-            if excess > limit:
+            # Trimmed in steps of a quarter: at most 1.25 x the limit per direction.
+            if excess > limit >> 2:
                 del tail[:excess]
                 half.tail_start += excess
         else:
