@@ -3,14 +3,22 @@
 For tests, benchmarks and the demo (see verifierd.tiny_model): the same options
 give the same bytes. ``--perturb int8|int4|noise`` writes a dishonest variant
 of the same seed's weights.
+
+``--trained`` writes the same shape trained on the standard library's sources
+instead (see verifierd.models.trained_model): minutes the first time, then
+copied from the cache folder (``--cache-dir``) until the recipe changes.
 """
 
 from __future__ import annotations
 
 import argparse
+import shutil
 import sys
+from dataclasses import replace
 from pathlib import Path
 
+from verifierd.models.trained_model import DEFAULT_CACHE, trained_model
+from verifierd.models.training import TrainingRecipe
 from verifierd.tiny_model import (
     DTYPES,
     PERTURB_KINDS,
@@ -48,6 +56,16 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("--perturb", choices=PERTURB_KINDS, help="write a dishonest variant")
     p.add_argument("--noise-scale", type=float, default=0.0, help="for --perturb noise")
     p.add_argument("--perturb-seed", type=int, default=0, help="for --perturb noise")
+    p.add_argument("--trained", action="store_true", help="train the weights (cached)")
+    p.add_argument(
+        "--steps", type=int, default=TrainingRecipe().steps, help="training steps, for --trained"
+    )
+    p.add_argument(
+        "--cache-dir",
+        type=Path,
+        default=DEFAULT_CACHE,
+        help="where trained models are kept, one folder per recipe (default: %(default)s)",
+    )
     p.set_defaults(func=run)
 
 
@@ -71,12 +89,19 @@ def run(args: argparse.Namespace) -> int:
             dtype=args.dtype,
             perturb=perturb,
         )
-        model = build_tiny_model(args.out_dir, spec)
+        if args.trained:
+            cached = trained_model(TrainingRecipe(spec=spec, steps=args.steps), args.cache_dir)
+            shutil.copytree(cached.path, args.out_dir, dirs_exist_ok=True)
+            model = replace(cached, path=args.out_dir)
+            note = f" trained, cached in {cached.path}"
+        else:
+            model = build_tiny_model(args.out_dir, spec)
+            note = ""
     except TinyModelError as exc:
         print(f"verifierd build-tiny-model: {exc}", file=sys.stderr)
         return 2
     print(
         f"{model.path}: len(tokenizer)={model.tokenizer_size} "
-        f"logits_width={model.logits_width} dtype={spec.dtype}"
+        f"logits_width={model.logits_width} dtype={spec.dtype}{note}"
     )
     return 0
