@@ -231,8 +231,11 @@ def _byte_table(
     """Each id's bytes (padding ids and skipped special tokens: none), and the id of
     each single byte."""
     byte_of = {char: byte for byte, char in byte_level_alphabet().items()}
-    special = set(tokenizer.all_special_ids)
-    added = {int(i): t.content for i, t in tokenizer.added_tokens_decoder.items()}
+    # tokenizers' decoders skip the added tokens flagged special, whatever the
+    # tokenizer's special_tokens_map says.
+    decoder = tokenizer.added_tokens_decoder
+    special = {int(i) for i, t in decoder.items() if t.special}
+    added = {int(i): t.content for i, t in decoder.items()}
     table = [b""] * width
     pieces = tokenizer.convert_ids_to_tokens(list(range(min(width, len(tokenizer)))))
     for token_id, piece in enumerate(pieces):

@@ -1,0 +1,156 @@
+"""The tokenization search recovers any sequence an honest sampler produced from its text.
+
+A stand-in sampler picks each token deterministically from the tokens before it
+(a hash), mixing the kinds of ids that make text fail to tokenize back: whole
+words, single bytes that are half a UTF-8 character or invalid UTF-8 (shown as
+U+FFFD), special and padding ids that decode to nothing. The honest text is what
+vLLM's own detokenizer makes of the sequence; the search, scored by the same
+sampler, must find exactly that sequence.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Sequence
+from functools import cache
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests.conftest import TinyModels
+from verifierd.engine.evidence_scoring import RequestText
+from verifierd.evidence import search
+from verifierd.evidence.vllm_views import ByteLevelText, decode_output
+from verifierd.tiny_model import TinyModelSpec
+
+PROMPT = (5, 17, 42)
+
+
+class Vocabulary:
+    def __init__(self, path: str) -> None:
+        from vllm.tokenizers import get_tokenizer
+
+        self.tokenizer = get_tokenizer(path)
+        self.width = len(self.tokenizer) + 16  # padding rows, as the tiny model has
+        self.text = ByteLevelText(self.tokenizer, self.width, skip_special_tokens=True)
+        table = self.text.token_bytes
+        self.words = [i for i, b in enumerate(table) if len(b) > 1 and b.isascii()]
+        self.high_bytes = [self.text.byte_tokens(bytes([b]))[0] for b in range(0x80, 0x100)]  # type: ignore[index]
+        self.invisible = [*self.tokenizer.added_tokens_decoder, len(self.tokenizer) + 3]
+        self.eos = int(self.tokenizer.eos_token_id)
+
+
+@cache
+def _vocabulary(path: str) -> Vocabulary:
+    return Vocabulary(path)
+
+
+@pytest.fixture(scope="module")
+def vocab(tiny_models: TinyModels) -> Vocabulary:
+    pytest.importorskip("vllm")
+    return _vocabulary(str(tiny_models.get(TinyModelSpec()).path))
+
+
+def _pick(vocab: Vocabulary, seed: int, prefix: Sequence[int], end_at: int | None) -> int:
+    """The stand-in sampler: EOS at ``end_at`` tokens, a hashed choice elsewhere."""
+    if end_at is not None and len(prefix) >= end_at:
+        return vocab.eos
+    digest = hashlib.blake2b(repr((seed, tuple(prefix))).encode(), digest_size=8).digest()
+    h = int.from_bytes(digest, "little")
+    kind, which = h % 100, h // 100
+    if kind < 70:
+        pool = vocab.words
+    elif kind < 85:
+        pool = vocab.high_bytes
+    elif kind < 92:
+        pool = vocab.invisible
+    else:
+        pool = list(range(vocab.width))
+    token = pool[which % len(pool)]
+    return token if token != vocab.eos else vocab.words[which % len(vocab.words)]
+
+
+def _honest(vocab: Vocabulary, seed: int, n: int, end: bool) -> list[int]:
+    out: list[int] = []
+    while len(out) < n + (1 if end else 0):
+        out.append(_pick(vocab, seed, out, n if end else None))
+    return out
+
+
+def _params() -> Any:
+    from vllm import SamplingParams
+
+    return SamplingParams(max_tokens=1000)
+
+
+Sampler = Callable[[Sequence[int]], int]
+
+
+def _scorer(sampler: Sampler) -> search.Scorer:
+    def score(passes: Sequence[search.ScorePass]) -> list[search.PassResult | None]:
+        out: list[search.PassResult | None] = []
+        for p in passes:
+            best = [sampler(p.output[:i]) for i in range(p.score_from, len(p.output) + 1)]
+            margins = [
+                0.0 if p.output[i] == best[i - p.score_from] else 1.0
+                for i in range(p.score_from, len(p.output))
+            ]
+            out.append(search.PassResult(np.array(margins), np.array(best, dtype=np.int64)))
+        return out
+
+    return score
+
+
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(seed=st.integers(0, 2**32), n=st.integers(1, 48), end=st.booleans())
+def test_an_honest_sequence_is_recovered_from_its_text(
+    vocab: Vocabulary, seed: int, n: int, end: bool
+) -> None:
+    honest = _honest(vocab, seed, n, end)
+    ends = frozenset({vocab.eos})
+    decoded = decode_output(vocab.tokenizer, _params(), PROMPT, honest, ends)
+    model = RequestText(vocab.text, ends, vocab.eos)
+    ending = search.Ending.END_TOKEN if end else search.Ending.LENGTH
+    state = search.initial_state(decoded.text, ending, "", None if end else len(honest), model)
+    search.run_search(
+        [state], _scorer(lambda prefix: _pick(vocab, seed, prefix, n if end else None))
+    )
+    assert not state.exhausted
+    assert state.output == honest
+    assert state.margins == [0.0] * len(honest)
+
+
+def test_a_text_the_sampler_did_not_write_keeps_text_consistent_tokens_and_scores_high(
+    vocab: Vocabulary,
+) -> None:
+    ends = frozenset({vocab.eos})
+    model = RequestText(vocab.text, ends, vocab.eos)
+    text = "this text was written by another model entirely"
+    state = search.initial_state(text, search.Ending.END_TOKEN, "", None, model)
+    search.run_search([state], _scorer(lambda prefix: _pick(vocab, 7, prefix, None)))
+    decoded = decode_output(vocab.tokenizer, _params(), PROMPT, state.output, ends)
+    assert decoded.text == text
+    assert np.mean(state.margins) > 0.5
+
+
+def test_the_restart_bound_ends_a_search_as_exhausted(vocab: Vocabulary) -> None:
+    ends = frozenset({vocab.eos})
+    model = RequestText(vocab.text, ends, vocab.eos)
+    text = "the " * 100
+    state = search.initial_state(text, search.Ending.LENGTH, "", 10_000, model)
+
+    def next_byte(prefix: Sequence[int]) -> int:
+        # A sampler that spells the text one byte at a time: always consistent with
+        # the text, never the tokenizer's merged guess, so every pass adopts once more.
+        done, _ = vocab.text.text_after(prefix)
+        rest = text[len(done) :].encode() or b" "
+        return vocab.text.byte_tokens(rest[:1])[0]  # type: ignore[index]
+
+    search.run_search([state], _scorer(next_byte))
+    assert state.exhausted
+    assert state.restarts == search.max_restarts(len(state.output))
