@@ -1,7 +1,9 @@
 """The demo's API client: chat traffic of the kind veritap must verify.
 
-It sends OpenAI chat completions to a prover, streaming and not, seeded, with
-`return_token_ids`, and multi-turn (the second turn carries the first reply),
+It sends OpenAI chat completions to a prover, streaming and not, seeded, half
+of them with `return_token_ids` (the prover's ids are then a claim the verifier
+checks) and half as real clients do, without (the verifier finds the ids from
+the text), and multi-turn (the second turn carries the first reply),
 so the captured records exercise every path of the collector and verifier.
 The calibration traffic is of the same kind with other questions and seeds.
 One request per prover is deliberately unseeded at T > 0: the verifier must
@@ -37,6 +39,8 @@ class ChatRequest:
     max_tokens: int
     top_p: float = 1.0
     top_k: int | None = None
+    #: Ask for vLLM's `return_token_ids` extension (real clients do not).
+    token_ids: bool = True
 
     def body(self, model: str) -> dict[str, Any]:
         body: dict[str, Any] = {
@@ -46,8 +50,9 @@ class ChatRequest:
             "top_p": self.top_p,
             "max_tokens": self.max_tokens,
             "stream": self.stream,
-            "return_token_ids": True,
         }
+        if self.token_ids:
+            body["return_token_ids"] = True
         if self.seed is not None:
             body["seed"] = self.seed
         if self.top_k is not None:
@@ -97,6 +102,7 @@ def first_turns(
                 max_tokens=max_tokens,
                 top_p=top_p,
                 top_k=top_k,
+                token_ids=(i // 2) % 2 == 0,
             )
         )
     return requests
