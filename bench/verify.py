@@ -76,6 +76,7 @@ from verifierd.engine.backend import (  # noqa: E402
     ScoreRequest,
     ScoreResult,
 )
+from verifierd.evidence.client_view import CHAT, ChoiceEvidence  # noqa: E402
 from verifierd.samplers.vllm_cpu_splitmix import (  # noqa: E402
     ArgmaxKernel,
     SplitmixStream,
@@ -112,6 +113,14 @@ class Answer:
     prompt: tuple[int, ...]
     output: tuple[int, ...]
     seed: int
+    #: What a tap sees of it: the request body, the text, the finish reason.
+    request_json: str
+    text: str
+    finish_reason: str
+
+    def evidence(self) -> ChoiceEvidence:
+        """The client's view without the ids (what a real client's traffic holds)."""
+        return ChoiceEvidence(CHAT, self.request_json, 0, self.text, self.finish_reason, "")
 
 
 @dataclass(frozen=True)
@@ -152,6 +161,12 @@ class Verification:
     totals: ScoredTotals
     #: The engine's logits width.
     width: int
+    #: The same responses from their text alone (no token ids): wall s, totals,
+    #: restarts per response, and the findings (there should be none).
+    text_wall_s: float
+    text_totals: ScoredTotals
+    restarts: tuple[int, ...]
+    findings: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -288,7 +303,14 @@ async def ask(url: str, count: int, tokens: int) -> tuple[list[Answer], float]:
         if "choices" not in data:
             raise RuntimeError(f"prover error: {data}")
         choice = data["choices"][0]
-        return Answer(tuple(data["prompt_token_ids"]), tuple(choice["token_ids"]), 1000 + i)
+        return Answer(
+            tuple(data["prompt_token_ids"]),
+            tuple(choice["token_ids"]),
+            1000 + i,
+            json.dumps({k: v for k, v in body.items() if k != "return_token_ids"}),
+            choice["message"]["content"] or "",
+            choice["finish_reason"],
+        )
 
     timeout = aiohttp.ClientTimeout(total=3600)
     async with aiohttp.ClientSession(timeout=timeout) as http:
@@ -339,6 +361,16 @@ def verify(model_dir: Path, max_len: int, answers: Sequence[Answer]) -> Verifica
             backend.generate(prefill)
             prefill_walls.append(time.perf_counter() - t0)
         prefill_wall = statistics.median(prefill_walls)
+        from_text = [
+            ScoreRequest(f"t{i}", (), (), r.sampling, evidence=a.evidence())
+            for i, (a, r) in enumerate(zip(answers, requests, strict=True))
+        ]
+        text_rounds = []
+        for _ in range(REPEATS):
+            t0 = time.perf_counter()
+            found = backend.score(from_text, PROFILE, 10.0)
+            text_rounds.append((time.perf_counter() - t0, 0.0, found))
+        text_wall, _, found = median_round(text_rounds)
         width = backend.logits_width
     finally:
         backend.close()
@@ -348,6 +380,10 @@ def verify(model_dir: Path, max_len: int, answers: Sequence[Answer]) -> Verifica
         cpu_s=cpu,
         totals=ScoredTotals.of(results),
         width=width,
+        text_wall_s=text_wall,
+        text_totals=ScoredTotals.of(found),
+        restarts=tuple(r.restarts for r in found),
+        findings=tuple(f"{r.finding.reason}: {r.finding.detail}" for r in found if r.finding),
     )
 
 
@@ -519,6 +555,16 @@ def main() -> int:
     print(f"verification / plain prefill (wall): {v.score_wall_s / v.prefill_wall_s:.2f}")
     print(f"CPU-seconds, generation / verification: {gen_cpu / max(v.cpu_s, 1e-9):.1f}")
     print(f"honest scores: max {v.totals.max_score:.3g}, exact-match tokens {v.totals.exact:.1%}")
+    restarts = sorted(v.restarts)
+    print(
+        f"from the text alone (no ids): {v.text_wall_s:.2f} s = "
+        f"{v.text_wall_s / v.score_wall_s:.2f}x with ids (target <= 1.5x; no prefix cache here, "
+        f"so each restart re-prefills the whole response); restarts median "
+        f"{restarts[len(restarts) // 2]}, max {restarts[-1]}; max score "
+        f"{v.text_totals.max_score:.3g}; findings {len(v.findings)}"
+    )
+    for finding in v.findings:
+        print(f"  finding: {finding}")
     widths = (v.width, 32768, 151936)
     costs = stage_costs(widths)
     flops = matmul_flops()

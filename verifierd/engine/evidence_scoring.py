@@ -181,7 +181,9 @@ class EvidenceResolver:
         if vocabulary is None:
             vocabulary = self._vocabularies[skip] = ByteLevelText(tokenizer, self._width, skip)
         eos = tokenizer.eos_token_id
-        model = RequestText(vocabulary, ctx.rules.end_tokens, None if eos is None else int(eos))
+        # With ignore_eos nothing ends generation: an EOS is a token like any other.
+        ends = frozenset() if ctx.rules.ignore_eos else ctx.rules.end_tokens
+        model = RequestText(vocabulary, ends, None if eos is None else int(eos))
         claimed = ev.claimed_stop
         if ev.finish_reason == "length":
             return search.initial_state(ev.text, search.Ending.LENGTH, "", ctx.rules.length, model)
