@@ -582,6 +582,7 @@ def _decide(
     v.choice_index = choice_indices[worst]
     v.retokenized = result.searched
     v.tokenization_restarts = result.restarts
+    v.found_token_ids[:] = result.found_ids
     v.timings.prefill_ns = sum(r.prefill_ns for r in results)
     v.timings.scoring_ns = sum(r.scoring_ns for r in results)
     finding = fails[0][1] if fails else (findings[0][1] if findings else None)

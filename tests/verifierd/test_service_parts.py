@@ -12,14 +12,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tokenizers import Tokenizer
 from veritap.tls import ServerTls
-from veritap.v1 import verifier_pb2
+from veritap.v1 import record_pb2, verifier_pb2
 
 from tests.recorded_traffic import build_tokenizer
 from verifierd.api import ServiceSettings
 from verifierd.api.errors import PageTokenError
 from verifierd.api.identity import ANONYMOUS, AdminPolicy, Principal, principal_of
 from verifierd.api.rate_window import RateWindow
-from verifierd.api.record_tokens import token_pieces
+from verifierd.api.record_tokens import scored_tokens, token_pieces
 from verifierd.api.tokenizer_cache import LoadedTokenizer
 from verifierd.api.verdict_hub import SubscriberOverflowError, VerdictHub
 from verifierd.api.verdict_query import (
@@ -167,6 +167,19 @@ def test_a_character_split_across_tokens_shows_on_the_token_that_completes_it() 
     assert "".join(pieces) == "a ✓ b"
     assert " ✓" in pieces or "✓" in pieces
     assert "" in pieces
+
+
+def test_the_heat_map_follows_the_ids_the_search_found() -> None:
+    codec = LoadedTokenizer(_TOKENIZER)
+    record = record_pb2.InferenceRecord()
+    record.api.choices.add(index=0, text="a ✓ b")
+    found = [codec.encode_text("a")[0], *codec.encode_text(" ✓ b")]
+    verdict = verifier_pb2.Verdict(choice_index=0, found_token_ids=found)
+    tokens = scored_tokens(record, verdict, codec, "")
+    assert tokens.ids == tuple(found) and "found" in tokens.note
+    assert "".join(tokens.texts) == "a ✓ b"
+    retokenized = scored_tokens(record, verifier_pb2.Verdict(choice_index=0), codec, "")
+    assert retokenized.ids == tuple(codec.encode_text("a ✓ b"))
 
 
 # -- throughput window ------------------------------------------------------------------

@@ -1,12 +1,13 @@
 """The scored tokens of a record, and their text pieces for the operator's heat map.
 
 The verdict's per-token margins are aligned with the response tokens of the scored
-choice: the token ids the prover returned when the record carries them, otherwise
-the response text re-tokenized with the commitment's tokenizer (the verdict then
-says ``retokenized``). Each id gets the text it adds to the response, decoded
-incrementally over a few tokens of context (byte-level BPE tokens may hold part of
-a UTF-8 character: such a token shows "" and the token completing the character
-shows all of it), so the pieces concatenate to the decoded response.
+choice: the ids the tokenization search found (``Verdict.found_token_ids``), else
+the (checked) token ids the prover returned, else, for verdicts that were never
+scored, the response text re-tokenized with the commitment's tokenizer. Each id
+gets the text it adds to the response, decoded incrementally over a few tokens of
+context (byte-level BPE tokens may hold part of a UTF-8 character: such a token
+shows "" and the token completing the character shows all of it), so the pieces
+concatenate to the decoded response.
 """
 
 from __future__ import annotations
@@ -77,7 +78,10 @@ def scored_tokens(
     choice = scored_choice(record, verdict)
     if choice is None:
         return ScoredTokens((), (), "the record has no response choice to show")
-    if choice.HasField("token_ids"):
+    if verdict is not None and verdict.found_token_ids:
+        ids = tuple(verdict.found_token_ids)
+        note = "token ids found from the response text by the tokenization search"
+    elif choice.HasField("token_ids"):
         ids = tuple(choice.token_ids.ids)
         note = ""
     elif codec is None:

@@ -182,6 +182,8 @@ class ScoreResult:
     #: The ids scored (evidence requests: the rendered prompt, the checked or found output).
     prompt_tokens: int = 0
     output_tokens: int = 0
+    #: The output ids the search found (empty unless ``searched``).
+    found_ids: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -386,6 +388,7 @@ class EngineBackend:
                     searched=res is not None and res.searched,
                     prompt_tokens=len(prompt),
                     output_tokens=len(output),
+                    found_ids=output if res is not None and res.searched else (),
                 )
             )
         return results

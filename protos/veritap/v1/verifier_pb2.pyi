@@ -192,6 +192,7 @@ class Verdict(_message.Message):
     EXACT_MATCHES_FIELD_NUMBER: _builtins.int
     OUT_OF_MASK_FIELD_NUMBER: _builtins.int
     TOKENIZATION_RESTARTS_FIELD_NUMBER: _builtins.int
+    FOUND_TOKEN_IDS_FIELD_NUMBER: _builtins.int
     record_id: _builtins.str
     origin: _builtins.str
     seq: _builtins.int
@@ -239,6 +240,12 @@ class Verdict(_message.Message):
     def timings(self) -> Global___VerdictTimings: ...
     @_builtins.property
     def cost(self) -> Global___ComputeCost: ...
+    @_builtins.property
+    def found_token_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """The output ids the search found for the scored choice (empty when the
+        record's own, checked ids were scored): margins_f16 is aligned with them.
+        """
+
     def __init__(
         self,
         *,
@@ -267,10 +274,11 @@ class Verdict(_message.Message):
         exact_matches: _builtins.int = ...,
         out_of_mask: _builtins.int = ...,
         tokenization_restarts: _builtins.int = ...,
+        found_token_ids: _abc.Iterable[_builtins.int] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["cost", b"cost", "settings", b"settings", "timings", b"timings"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempts", b"attempts", "choice_index", b"choice_index", "commitment_id", b"commitment_id", "cost", b"cost", "decided_at_ns", b"decided_at_ns", "detail", b"detail", "engine", b"engine", "engine_version", b"engine_version", "entry_hash", b"entry_hash", "exact_matches", b"exact_matches", "margins_f16", b"margins_f16", "model", b"model", "origin", b"origin", "out_of_mask", b"out_of_mask", "reason", b"reason", "record_id", b"record_id", "retokenized", b"retokenized", "sampler_profile", b"sampler_profile", "score", b"score", "seq", b"seq", "settings", b"settings", "status", b"status", "timings", b"timings", "token_count", b"token_count", "tokenization_restarts", b"tokenization_restarts"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempts", b"attempts", "choice_index", b"choice_index", "commitment_id", b"commitment_id", "cost", b"cost", "decided_at_ns", b"decided_at_ns", "detail", b"detail", "engine", b"engine", "engine_version", b"engine_version", "entry_hash", b"entry_hash", "exact_matches", b"exact_matches", "found_token_ids", b"found_token_ids", "margins_f16", b"margins_f16", "model", b"model", "origin", b"origin", "out_of_mask", b"out_of_mask", "reason", b"reason", "record_id", b"record_id", "retokenized", b"retokenized", "sampler_profile", b"sampler_profile", "score", b"score", "seq", b"seq", "settings", b"settings", "status", b"status", "timings", b"timings", "token_count", b"token_count", "tokenization_restarts", b"tokenization_restarts"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
