@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import heapq
 import json
-import math
 import os
 import random
 import shutil
@@ -41,7 +40,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "protos")]
 
 import dpkt  # noqa: E402
 
-from tests.openai_traffic import Call, sse_chunk, words  # noqa: E402
+from tests.openai_traffic import sse_chunk, typical_call  # noqa: E402
 from tests.pcapgen import CLIENT, SERVER, Conversation, Packet, frame  # noqa: E402
 
 CACHE = ROOT / ".bench"
@@ -64,35 +63,6 @@ print(n)
 """
 
 
-def _call(rng: random.Random, index: int) -> Call:
-    stream = index % 2 == 0
-    # Streamed answers are long-tailed (log-uniform 100..5000 tokens, median ~700, as CAPTURE.md's
-    # 5000-token streams); JSON answers are 50..800 tokens.
-    tokens = (
-        int(math.exp(rng.uniform(math.log(100), math.log(5000))))
-        if stream
-        else rng.randint(50, 800)
-    )
-    params: dict[str, object] = {
-        "temperature": 0.7,
-        "seed": index,
-        "max_tokens": tokens,
-        "return_token_ids": True,
-    }
-    if stream:
-        params["stream"] = True
-    prompt = [{"role": "user", "content": "benchmark prompt " * rng.randint(5, 40)}]
-    return Call(
-        "/v1/chat/completions",
-        "bench-model",
-        prompt,
-        params,
-        [words(tokens, seed=index)],
-        prompt_token_ids=tuple(range(1, rng.randint(20, 200))),
-        response_id=f"chatcmpl-{index}",
-    )
-
-
 def _connection(rng: random.Random, number: int, start: float, first_call: int) -> list[Packet]:
     conv = Conversation(
         client=_client_of(number),
@@ -103,7 +73,7 @@ def _connection(rng: random.Random, number: int, start: float, first_call: int) 
         step=0.0002,
     ).handshake()
     for k in range(CALLS_PER_CONNECTION):
-        call = _call(rng, first_call + k)
+        call = typical_call(rng, first_call + k)
         conv.send(CLIENT, call.request())
         if not call.stream:
             conv.send(SERVER, call.response())

@@ -68,7 +68,7 @@ from collector.http.reader import (  # noqa: E402
 )
 from collector.http.sse import SseParser  # noqa: E402
 from tests.cpu_bound import CpuBoundExceededError, budget, cpu_bound  # noqa: E402
-from tests.openai_traffic import Call, words  # noqa: E402
+from tests.openai_traffic import Call, typical_call, words  # noqa: E402
 
 CACHE = ROOT / ".bench" / "fuzz"
 FULL_INPUTS = 200_000  # per parser: 10^6 in all
@@ -415,34 +415,6 @@ def own_typical_rate(feed: Feed, large: Sequence[Seed]) -> float:
     return statistics.median(_median_rate(feed, c, d, REMEASURE) for c, d in large)
 
 
-def _typical_call(rng: random.Random, index: int) -> Call:
-    """A call of bench/capture.py's mix: half streamed (100..5000 tokens, long-tailed), JSON
-    answers of 50..800 tokens, prompts of 5..40 words."""
-    stream = index % 2 == 0
-    tokens = (
-        int(math.exp(rng.uniform(math.log(100), math.log(5000))))
-        if stream
-        else rng.randint(50, 800)
-    )
-    params: dict[str, object] = {
-        "temperature": 0.7,
-        "seed": index,
-        "max_tokens": tokens,
-        "return_token_ids": True,
-    }
-    if stream:
-        params["stream"] = True
-    return Call(
-        "/v1/chat/completions",
-        "bench-model",
-        [{"role": "user", "content": "benchmark prompt " * rng.randint(5, 40)}],
-        params,
-        [words(tokens, seed=index)],
-        prompt_token_ids=tuple(range(1, rng.randint(20, 200))),
-        response_id=f"chatcmpl-{index}",
-    )
-
-
 def typical_traffic_rate(rng: random.Random) -> float:
     """Typical traffic through the HTTP layer: keep-alive connections of bench/capture.py's
     mix, the client side through the request reader and the server side through the
@@ -451,7 +423,7 @@ def typical_traffic_rate(rng: random.Random) -> float:
     spent = 0.0
     for connection in range(TYPICAL_CONNECTIONS):
         first = connection * CALLS_PER_CONNECTION
-        calls = [_typical_call(rng, first + k) for k in range(CALLS_PER_CONNECTION)]
+        calls = [typical_call(rng, first + k) for k in range(CALLS_PER_CONNECTION)]
         for feed, data in (
             (feed_requests, b"".join(c.request() for c in calls)),
             (feed_responses, b"".join(c.response() for c in calls)),

@@ -13,6 +13,8 @@ chunk). Serialisation is compact JSON, as pydantic's model_dump_json writes it.
 from __future__ import annotations
 
 import json
+import math
+import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -246,3 +248,33 @@ def words(n: int, seed: int = 0) -> Generation:
     tokens = [vocab[(seed + i * 7) % len(vocab)] for i in range(n)]
     ids = [100 + (seed + i * 7) % len(vocab) for i in range(n)]
     return Generation(tokens, ids, "length" if n % 2 else "stop")
+
+
+def typical_call(rng: random.Random, index: int) -> Call:
+    """A call of the capture benchmarks' mix: half streamed, prompts of 5..40 words."""
+    stream = index % 2 == 0
+    # Streamed answers are long-tailed (log-uniform 100..5000 tokens, median ~700, as CAPTURE.md's
+    # 5000-token streams); JSON answers are 50..800 tokens.
+    tokens = (
+        int(math.exp(rng.uniform(math.log(100), math.log(5000))))
+        if stream
+        else rng.randint(50, 800)
+    )
+    params: dict[str, object] = {
+        "temperature": 0.7,
+        "seed": index,
+        "max_tokens": tokens,
+        "return_token_ids": True,
+    }
+    if stream:
+        params["stream"] = True
+    prompt = [{"role": "user", "content": "benchmark prompt " * rng.randint(5, 40)}]
+    return Call(
+        "/v1/chat/completions",
+        "bench-model",
+        prompt,
+        params,
+        [words(tokens, seed=index)],
+        prompt_token_ids=tuple(range(1, rng.randint(20, 200))),
+        response_id=f"chatcmpl-{index}",
+    )
