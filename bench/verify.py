@@ -77,6 +77,8 @@ from verifierd.engine.backend import (  # noqa: E402
     ScoreResult,
 )
 from verifierd.evidence.client_view import CHAT, ChoiceEvidence  # noqa: E402
+from verifierd.models.trained_model import trained_model  # noqa: E402
+from verifierd.models.training import TrainingRecipe  # noqa: E402
 from verifierd.samplers.vllm_cpu_splitmix import (  # noqa: E402
     ArgmaxKernel,
     SplitmixStream,
@@ -485,10 +487,19 @@ def main() -> int:
         default=True,
         help="also measure in-engine scoring at Qwen2.5-0.5B's shape (~2.5 GB model, minutes)",
     )
+    parser.add_argument(
+        "--trained",
+        action="store_true",
+        help="prove and verify with the trained tiny model (peaked, mostly valid UTF-8)",
+    )
     parser.add_argument("--real-shape-requests", type=int, default=4)
     parser.add_argument("--real-shape-tokens", type=int, default=128)
     args = parser.parse_args()
-    model = build_tiny_model(args.workdir / "tiny", TinyModelSpec(seed=0))
+    model = (
+        trained_model(TrainingRecipe())
+        if args.trained
+        else build_tiny_model(args.workdir / "tiny", TinyModelSpec(seed=0))
+    )
     max_len = args.tokens + 128
     port = free_port()
     env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_NUM_OF_RESERVED_CPU": "0"}
