@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
-import aiohttp
+from openai import AsyncOpenAI
 
 from verifierd.demo.configs import DemoPorts, collector_toml, verifierd_toml
 from verifierd.demo.processes import DemoError, ProcessGroup, free_port, port_open
@@ -168,11 +168,9 @@ def _http_ok(url: str) -> bool:
 
 
 async def _send_all(base_url: str, requests: Sequence[ChatRequest]) -> list[Exchange]:
-    timeout = aiohttp.ClientTimeout(total=600)
-    async with aiohttp.ClientSession(timeout=timeout) as session:
-        return list(
-            await asyncio.gather(*(send(session, base_url, MODEL_NAME, r) for r in requests))
-        )
+    client = AsyncOpenAI(base_url=f"{base_url}/v1", api_key="demo", timeout=600, max_retries=0)
+    async with client:
+        return list(await asyncio.gather(*(send(client, MODEL_NAME, r) for r in requests)))
 
 
 async def _send_traffic(

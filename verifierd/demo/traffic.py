@@ -1,22 +1,21 @@
 """The demo's API client: chat traffic of the kind veritap must verify.
 
-It sends OpenAI chat completions to a prover, streaming and not, seeded, half
-of them with `return_token_ids` (the prover's ids are then a claim the verifier
-checks) and half as real clients do, without (the verifier finds the ids from
-the text), and multi-turn (the second turn carries the first reply),
-so the captured records exercise every path of the collector and verifier.
-The calibration traffic is of the same kind with other questions and seeds.
-One request per prover is deliberately unseeded at T > 0: the verifier must
-mark it UNVERIFIABLE(no_seed) rather than guess.
+It sends OpenAI chat completions to a prover with the official `openai` SDK,
+streaming and not, seeded, half of them with `return_token_ids` (the prover's
+ids are then a claim the verifier checks) and half as real clients do, without
+(the verifier finds the ids from the text), and multi-turn (the second turn
+carries the first reply), so the captured records exercise every path of the
+collector and verifier. The calibration traffic is of the same kind with other
+questions and seeds. One request per prover is deliberately unseeded at T > 0:
+the verifier must mark it UNVERIFIABLE(no_seed) rather than guess.
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any
 
-import aiohttp
+from openai import APIStatusError, AsyncOpenAI
 
 TOPICS = (
     "the TCP three-way handshake",
@@ -148,30 +147,38 @@ def unseeded(max_tokens: int) -> ChatRequest:
     )
 
 
-async def send(
-    session: aiohttp.ClientSession, base_url: str, model: str, request: ChatRequest
-) -> Exchange:
-    """POST one chat completion and collect its text (streamed or not)."""
-    url = f"{base_url}/v1/chat/completions"
-    async with session.post(url, json=request.body(model)) as response:
-        exchange = Exchange(request=request, status=response.status)
-        if response.status != 200:
-            exchange.errors.append(await response.text())
-            return exchange
+async def send(client: AsyncOpenAI, model: str, request: ChatRequest) -> Exchange:
+    """One chat completion through the official OpenAI SDK, as an application sends it:
+    the text is what the SDK shows (streamed deltas joined). vLLM's extensions
+    (``top_k``, ``return_token_ids``) travel in ``extra_body``."""
+    body = request.body(model)
+    standard = {k: body.pop(k) for k in _SDK_PARAMS if k in body}
+    exchange = Exchange(request=request, status=200)
+    try:
         if not request.stream:
-            payload = await response.json()
-            exchange.text = payload["choices"][0]["message"]["content"] or ""
+            completion = await client.chat.completions.create(**standard, extra_body=body)
+            exchange.text = completion.choices[0].message.content or ""
             return exchange
         pieces: list[str] = []
-        async for raw_line in response.content:
-            line = raw_line.decode().strip()
-            if not line.startswith("data:"):
-                continue
-            data = line.removeprefix("data:").strip()
-            if data == "[DONE]":
-                break
-            chunk = json.loads(data)
-            for choice in chunk.get("choices", []):
-                pieces.append(choice.get("delta", {}).get("content") or "")
+        stream = await client.chat.completions.create(**standard, extra_body=body)
+        async for chunk in stream:
+            for choice in chunk.choices:
+                pieces.append(choice.delta.content or "")
         exchange.text = "".join(pieces)
-        return exchange
+    except APIStatusError as exc:
+        exchange.status = exc.status_code
+        exchange.errors.append(str(exc))
+    return exchange
+
+
+#: Request fields the SDK's ``create`` takes as its own parameters.
+_SDK_PARAMS = (
+    "model",
+    "messages",
+    "temperature",
+    "top_p",
+    "max_tokens",
+    "stream",
+    "seed",
+    "stream_options",
+)
