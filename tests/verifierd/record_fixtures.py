@@ -25,11 +25,17 @@ class Exchange:
     quality: int = record_pb2.CAPTURE_QUALITY_COMPLETE
     status: int = 200
     extra_params: dict[str, object] = field(default_factory=dict)
+    #: Whether the response carries the prover's ids (False: only the text, as a real
+    #: client's traffic; the verifier must find them).
+    claims_ids: bool = True
+    text: str = "..."
 
 
 def make_record(x: Exchange) -> record_pb2.InferenceRecord:
     sampling = record_pb2.SamplingParams()
-    params: dict[str, object] = {"model": x.model, "return_token_ids": True, **x.extra_params}
+    params: dict[str, object] = {"model": x.model, **x.extra_params}
+    if x.claims_ids:
+        params["return_token_ids"] = True
     if x.temperature is not None:
         sampling.temperature = x.temperature
         params["temperature"] = x.temperature
@@ -58,15 +64,16 @@ def make_record(x: Exchange) -> record_pb2.InferenceRecord:
             model=x.model,
             sampling=sampling,
             prompt_json=json.dumps(messages),
-            prompt_token_ids=record_pb2.TokenIds(ids=list(x.prompt_ids)),
         ),
     )
+    if x.claims_ids:
+        record.api.prompt_token_ids.ids.extend(x.prompt_ids)
     for i, out in enumerate(x.outputs):
         record.api.choices.append(
             record_pb2.Choice(
                 index=i,
-                text="...",
-                token_ids=record_pb2.TokenIds(ids=list(out)),
+                text=x.text,
+                token_ids=record_pb2.TokenIds(ids=list(out)) if x.claims_ids else None,
                 finish_reason="length",
             )
         )

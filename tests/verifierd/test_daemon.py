@@ -47,7 +47,13 @@ class Setup:
 
 
 def prepare(
-    tmp_path: Path, commitment: Commitment, model: Path, records: int, backend: str
+    tmp_path: Path,
+    commitment: Commitment,
+    model: Path,
+    records: int,
+    backend: str,
+    *,
+    claims_ids: bool = True,
 ) -> Setup:
     (tmp_path / "commitments").mkdir()
     write_commitment(commitment, tmp_path / "commitments" / "model.json")
@@ -71,7 +77,7 @@ listen = "127.0.0.1:0"
     WeightsCache(config.weights_dir).install(commitment, model)
     store = Store.open(config.store_dir)
     try:
-        ingest(store, ORIGIN, [make_exchange(i) for i in range(records)])
+        ingest(store, ORIGIN, [make_exchange(i, claims_ids) for i in range(records)])
     finally:
         store.close()
     return Setup(
@@ -79,9 +85,18 @@ listen = "127.0.0.1:0"
     )
 
 
-def make_exchange(i: int) -> Exchange:
+def make_exchange(i: int, claims_ids: bool = True) -> Exchange:
     # Every fifth record carries a token the stand-in engine scores as dishonest.
     output = (5 + i % 50, 1500 if i % 5 == 0 else 6, 7)
+    if not claims_ids:
+        # Text only: the real engine renders the request and searches for the ids.
+        return Exchange(
+            f"rec-{i:04d}",
+            seed=i,
+            claims_ids=False,
+            text=f"record {i} of the kill test " * 3,
+            extra_params={"max_tokens": 24},
+        )
     return Exchange(f"rec-{i:04d}", prompt_ids=(1, 2, 3 + i % 3), outputs=(output,), seed=i)
 
 
@@ -222,7 +237,7 @@ def test_kill_9_with_the_real_engine(tmp_path: Path) -> None:
 
     tiny = build_tiny_model(tmp_path / "tiny", TinyModelSpec(seed=5))
     c = commit(tiny.path, generation_config="vllm", max_model_len=256)
-    setup = prepare(tmp_path, c, tiny.path, records=400, backend=DEFAULT_BACKEND)
+    setup = prepare(tmp_path, c, tiny.path, records=400, backend=DEFAULT_BACKEND, claims_ids=False)
     kill_repeatedly(setup, kills=3, env={}, startup_s=400)
     finish(setup, {}, timeout=600)
     check_exactly_once(setup)

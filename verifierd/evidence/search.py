@@ -48,7 +48,7 @@ import numpy.typing as npt
 
 #: Restarts allowed for a response of n output tokens: BASE + n // PER_TOKENS.
 BASE_RESTARTS = 16
-PER_TOKENS = 8
+PER_TOKENS = 4
 
 
 def max_restarts(n_tokens: int) -> int:
