@@ -34,6 +34,8 @@ from verifierd.errors import VerifierdError
 from verifierd.evidence.client_view import CHAT, COMPLETIONS
 
 REPLACEMENT = "\ufffd"
+#: Trailing U+FFFD characters whose bytes `ByteLevelText.text_after` still locates.
+MAX_HELD_REPLACEMENTS = 64
 #: vLLM's CompletionRequest default (the OpenAI API's) when max_tokens is absent.
 COMPLETIONS_DEFAULT_MAX_TOKENS = 16
 
@@ -218,9 +220,21 @@ class ByteLevelText:
         if not text.endswith(REPLACEMENT):
             return text, b""
         emitted = text.rstrip(REPLACEMENT)
+        held = len(text) - len(emitted)
+        if held > MAX_HELD_REPLACEMENTS:
+            # Only the search's next guess depends on these bytes; the decoding check
+            # of the final ids is vLLM's own. A prover's text of endless U+FFFD must not
+            # make each call quadratic.
+            return emitted, b""
+        # Each U+FFFD stands for 1 to 3 bytes, so the held-back run lies in the last
+        # 3 * held bytes; decoding resynchronises at a byte that continues no sequence.
+        start = max(0, len(raw) - 4 * held)
+        while start > 0 and 0x80 <= raw[start] < 0xC0:
+            start -= 1
+        rest = emitted[len(raw[:start].decode("utf-8", "replace")) :]
         # The held-back bytes start after the last character that is not U+FFFD.
         cut = len(raw)
-        while cut > 0 and raw[:cut].decode("utf-8", "replace") != emitted:
+        while cut > start and raw[start:cut].decode("utf-8", "replace") != rest:
             cut -= 1
         return emitted, raw[cut:]
 

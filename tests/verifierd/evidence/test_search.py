@@ -21,6 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import TinyModels
+from tests.cpu_bound import cpu_bound
 from verifierd.engine.evidence_scoring import RequestText
 from verifierd.evidence import search
 from verifierd.evidence.vllm_views import ByteLevelText, decode_output
@@ -154,3 +155,13 @@ def test_the_restart_bound_ends_a_search_as_exhausted(vocab: Vocabulary) -> None
     search.run_search([state], _scorer(next_byte))
     assert state.exhausted
     assert state.restarts == search.max_restarts(len(state.output))
+
+
+def test_a_text_of_endless_invalid_bytes_is_read_in_linear_time(vocab: Vocabulary) -> None:
+    invalid = vocab.text.byte_tokens(b"\x80")[0]  # type: ignore[index]
+    ids = [vocab.text.byte_tokens(b"a")[0], *[invalid] * 20_000]  # type: ignore[index]
+    with cpu_bound(2.0):
+        text, held = vocab.text.text_after(ids)
+    assert (text, held) == ("a", b"")
+    few = vocab.text.text_after(ids[:4])
+    assert few == ("a", b"\x80\x80\x80")
