@@ -73,6 +73,35 @@ ENGINE_STATE_BUSY: EngineState.ValueType  # 4
 ENGINE_STATE_FAILED: EngineState.ValueType  # 5
 Global___EngineState: _TypeAlias = EngineState  # noqa: Y015
 
+class _AlarmKind:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _AlarmKindEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_AlarmKind.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    ALARM_KIND_UNSPECIFIED: _AlarmKind.ValueType  # 0
+    ALARM_KIND_DISHONEST: _AlarmKind.ValueType  # 1
+    """The sequential test over the prover's pooled per-token margins crossed
+    its bound: the evidence says the prover does not run the commitment.
+    """
+    ALARM_KIND_HIDING: _AlarmKind.ValueType  # 2
+    """The share of the prover's verdicts that are UNVERIFIABLE for one reason
+    exceeded its configured rate over a window: the prover hides.
+    """
+
+class AlarmKind(_AlarmKind, metaclass=_AlarmKindEnumTypeWrapper): ...
+
+ALARM_KIND_UNSPECIFIED: AlarmKind.ValueType  # 0
+ALARM_KIND_DISHONEST: AlarmKind.ValueType  # 1
+"""The sequential test over the prover's pooled per-token margins crossed
+its bound: the evidence says the prover does not run the commitment.
+"""
+ALARM_KIND_HIDING: AlarmKind.ValueType  # 2
+"""The share of the prover's verdicts that are UNVERIFIABLE for one reason
+exceeded its configured rate over a window: the prover hides.
+"""
+Global___AlarmKind: _TypeAlias = AlarmKind  # noqa: Y015
+
 @_typing.final
 class DifrSettings(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
@@ -1221,3 +1250,520 @@ class ClearIntakeAlertResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ClearIntakeAlertResponse: _TypeAlias = ClearIntakeAlertResponse  # noqa: Y015
+
+@_typing.final
+class ProverId(_message.Message):
+    """A prover: one server address and port, as seen by one collector. It may
+    serve several commitments.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ORIGIN_FIELD_NUMBER: _builtins.int
+    SERVER_ADDRESS_FIELD_NUMBER: _builtins.int
+    SERVER_PORT_FIELD_NUMBER: _builtins.int
+    origin: _builtins.str
+    server_address: _builtins.str
+    server_port: _builtins.int
+    def __init__(
+        self,
+        *,
+        origin: _builtins.str = ...,
+        server_address: _builtins.str = ...,
+        server_port: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["origin", b"origin", "server_address", b"server_address", "server_port", b"server_port"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ProverId: _TypeAlias = ProverId  # noqa: Y015
+
+@_typing.final
+class VerdictCount(_message.Message):
+    """Verdicts of one status and reason ("" for PASS)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    STATUS_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    COUNT_FIELD_NUMBER: _builtins.int
+    status: Global___VerdictStatus.ValueType
+    reason: _builtins.str
+    count: _builtins.int
+    def __init__(
+        self,
+        *,
+        status: Global___VerdictStatus.ValueType = ...,
+        reason: _builtins.str = ...,
+        count: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["count", b"count", "reason", b"reason", "status", b"status"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___VerdictCount: _TypeAlias = VerdictCount  # noqa: Y015
+
+@_typing.final
+class ProverWindow(_message.Message):
+    """A prover's verdicts over one window."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class UnverifiableShareEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.float
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.float = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    WINDOW_S_FIELD_NUMBER: _builtins.int
+    COUNTS_FIELD_NUMBER: _builtins.int
+    VERDICTS_FIELD_NUMBER: _builtins.int
+    TOKENS_SCORED_FIELD_NUMBER: _builtins.int
+    MARGIN_SUM_FIELD_NUMBER: _builtins.int
+    INEXACT_TOKENS_FIELD_NUMBER: _builtins.int
+    UNVERIFIABLE_SHARE_FIELD_NUMBER: _builtins.int
+    UNVERIFIABLE_RATIO_FIELD_NUMBER: _builtins.int
+    window_s: _builtins.int
+    """The window's length; 0 = since the prover was first seen."""
+    verdicts: _builtins.int
+    tokens_scored: _builtins.int
+    """Output tokens scored (PASS and FAIL verdicts with margins)."""
+    margin_sum: _builtins.float
+    """Sum of the scored tokens' margins (clipped at delta_max), and how many of
+    them were not the reconstructed sampler's choice.
+    """
+    inexact_tokens: _builtins.int
+    unverifiable_ratio: _builtins.float
+    @_builtins.property
+    def counts(self) -> _containers.RepeatedCompositeFieldContainer[Global___VerdictCount]: ...
+    @_builtins.property
+    def unverifiable_share(self) -> _containers.ScalarMap[_builtins.str, _builtins.float]:
+        """Share of the window's verdicts that are UNVERIFIABLE, by reason, and
+        all reasons together.
+        """
+
+    def __init__(
+        self,
+        *,
+        window_s: _builtins.int = ...,
+        counts: _abc.Iterable[Global___VerdictCount] | None = ...,
+        verdicts: _builtins.int = ...,
+        tokens_scored: _builtins.int = ...,
+        margin_sum: _builtins.float = ...,
+        inexact_tokens: _builtins.int = ...,
+        unverifiable_share: _abc.Mapping[_builtins.str, _builtins.float] | None = ...,
+        unverifiable_ratio: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["counts", b"counts", "inexact_tokens", b"inexact_tokens", "margin_sum", b"margin_sum", "tokens_scored", b"tokens_scored", "unverifiable_ratio", b"unverifiable_ratio", "unverifiable_share", b"unverifiable_share", "verdicts", b"verdicts", "window_s", b"window_s"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ProverWindow: _TypeAlias = ProverWindow  # noqa: Y015
+
+@_typing.final
+class EvidencePoint(_message.Message):
+    """The sequential test's statistic after one verdict."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    AT_NS_FIELD_NUMBER: _builtins.int
+    STATISTIC_FIELD_NUMBER: _builtins.int
+    POOLED_TOKENS_FIELD_NUMBER: _builtins.int
+    at_ns: _builtins.int
+    statistic: _builtins.float
+    pooled_tokens: _builtins.int
+    def __init__(
+        self,
+        *,
+        at_ns: _builtins.int = ...,
+        statistic: _builtins.float = ...,
+        pooled_tokens: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["at_ns", b"at_ns", "pooled_tokens", b"pooled_tokens", "statistic", b"statistic"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___EvidencePoint: _TypeAlias = EvidencePoint  # noqa: Y015
+
+@_typing.final
+class ProverAlarm(_message.Message):
+    """What the verifier signs when it raises an alarm."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ALARM_ID_FIELD_NUMBER: _builtins.int
+    PROVER_FIELD_NUMBER: _builtins.int
+    KIND_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    RAISED_AT_NS_FIELD_NUMBER: _builtins.int
+    STATISTIC_FIELD_NUMBER: _builtins.int
+    BOUND_FIELD_NUMBER: _builtins.int
+    WINDOW_S_FIELD_NUMBER: _builtins.int
+    POOLED_TOKENS_FIELD_NUMBER: _builtins.int
+    RECORD_IDS_FIELD_NUMBER: _builtins.int
+    COMMITMENT_IDS_FIELD_NUMBER: _builtins.int
+    DETAIL_FIELD_NUMBER: _builtins.int
+    alarm_id: _builtins.str
+    """Unique per verifier: 32 hex digits (a hash of the prover, kind, reason and
+    raising time).
+    """
+    kind: Global___AlarmKind.ValueType
+    reason: _builtins.str
+    """HIDING: the UNVERIFIABLE reason; DISHONEST: ""."""
+    raised_at_ns: _builtins.int
+    statistic: _builtins.float
+    """DISHONEST: the test statistic and its bound; HIDING: the unverifiable
+    share and the configured rate.
+    """
+    bound: _builtins.float
+    window_s: _builtins.int
+    """HIDING: the window the share was measured over."""
+    pooled_tokens: _builtins.int
+    """DISHONEST: the tokens pooled since the test started."""
+    detail: _builtins.str
+    @_builtins.property
+    def prover(self) -> Global___ProverId: ...
+    @_builtins.property
+    def record_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The records of the verdicts that drove it (the most recent ones, at most
+        the configured number), oldest first.
+        """
+
+    @_builtins.property
+    def commitment_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def __init__(
+        self,
+        *,
+        alarm_id: _builtins.str = ...,
+        prover: Global___ProverId | None = ...,
+        kind: Global___AlarmKind.ValueType = ...,
+        reason: _builtins.str = ...,
+        raised_at_ns: _builtins.int = ...,
+        statistic: _builtins.float = ...,
+        bound: _builtins.float = ...,
+        window_s: _builtins.int = ...,
+        pooled_tokens: _builtins.int = ...,
+        record_ids: _abc.Iterable[_builtins.str] | None = ...,
+        commitment_ids: _abc.Iterable[_builtins.str] | None = ...,
+        detail: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["prover", b"prover"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["alarm_id", b"alarm_id", "bound", b"bound", "commitment_ids", b"commitment_ids", "detail", b"detail", "kind", b"kind", "pooled_tokens", b"pooled_tokens", "prover", b"prover", "raised_at_ns", b"raised_at_ns", "reason", b"reason", "record_ids", b"record_ids", "statistic", b"statistic", "window_s", b"window_s"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ProverAlarm: _TypeAlias = ProverAlarm  # noqa: Y015
+
+@_typing.final
+class SignedProverAlarm(_message.Message):
+    """An alarm with the verifier's Ed25519 signature over `alarm` (the serialized
+    ProverAlarm bytes, verbatim).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ALARM_FIELD_NUMBER: _builtins.int
+    SIGNATURE_FIELD_NUMBER: _builtins.int
+    KEY_ID_FIELD_NUMBER: _builtins.int
+    alarm: _builtins.bytes
+    signature: _builtins.bytes
+    key_id: _builtins.bytes
+    """C2SP key id of the verifier key."""
+    def __init__(
+        self,
+        *,
+        alarm: _builtins.bytes = ...,
+        signature: _builtins.bytes = ...,
+        key_id: _builtins.bytes = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["alarm", b"alarm", "key_id", b"key_id", "signature", b"signature"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SignedProverAlarm: _TypeAlias = SignedProverAlarm  # noqa: Y015
+
+@_typing.final
+class AlarmState(_message.Message):
+    """An alarm as the verifier keeps it: signed, and once cleared, who cleared it,
+    when and why.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ALARM_FIELD_NUMBER: _builtins.int
+    SIGNED_FIELD_NUMBER: _builtins.int
+    CLEARED_AT_NS_FIELD_NUMBER: _builtins.int
+    CLEARED_BY_FIELD_NUMBER: _builtins.int
+    CLEAR_REASON_FIELD_NUMBER: _builtins.int
+    cleared_at_ns: _builtins.int
+    cleared_by: _builtins.str
+    clear_reason: _builtins.str
+    @_builtins.property
+    def alarm(self) -> Global___ProverAlarm: ...
+    @_builtins.property
+    def signed(self) -> Global___SignedProverAlarm: ...
+    def __init__(
+        self,
+        *,
+        alarm: Global___ProverAlarm | None = ...,
+        signed: Global___SignedProverAlarm | None = ...,
+        cleared_at_ns: _builtins.int = ...,
+        cleared_by: _builtins.str = ...,
+        clear_reason: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["alarm", b"alarm", "signed", b"signed"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["alarm", b"alarm", "clear_reason", b"clear_reason", "cleared_at_ns", b"cleared_at_ns", "cleared_by", b"cleared_by", "signed", b"signed"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AlarmState: _TypeAlias = AlarmState  # noqa: Y015
+
+@_typing.final
+class Prover(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ID_FIELD_NUMBER: _builtins.int
+    FIRST_SEEN_NS_FIELD_NUMBER: _builtins.int
+    LAST_SEEN_NS_FIELD_NUMBER: _builtins.int
+    COMMITMENT_IDS_FIELD_NUMBER: _builtins.int
+    WINDOWS_FIELD_NUMBER: _builtins.int
+    EVIDENCE_FIELD_NUMBER: _builtins.int
+    EVIDENCE_BOUND_FIELD_NUMBER: _builtins.int
+    POOLED_TOKENS_FIELD_NUMBER: _builtins.int
+    ALARMS_FIELD_NUMBER: _builtins.int
+    first_seen_ns: _builtins.int
+    last_seen_ns: _builtins.int
+    evidence: _builtins.float
+    """The sequential test: its statistic now, the bound that raises an alarm,
+    the tokens it pooled since it started (or was reset by a clear).
+    """
+    evidence_bound: _builtins.float
+    pooled_tokens: _builtins.int
+    @_builtins.property
+    def id(self) -> Global___ProverId: ...
+    @_builtins.property
+    def commitment_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    @_builtins.property
+    def windows(self) -> _containers.RepeatedCompositeFieldContainer[Global___ProverWindow]:
+        """The configured windows, shortest first, then since first seen (window_s 0)."""
+
+    @_builtins.property
+    def alarms(self) -> _containers.RepeatedCompositeFieldContainer[Global___AlarmState]:
+        """Alarms in force."""
+
+    def __init__(
+        self,
+        *,
+        id: Global___ProverId | None = ...,
+        first_seen_ns: _builtins.int = ...,
+        last_seen_ns: _builtins.int = ...,
+        commitment_ids: _abc.Iterable[_builtins.str] | None = ...,
+        windows: _abc.Iterable[Global___ProverWindow] | None = ...,
+        evidence: _builtins.float = ...,
+        evidence_bound: _builtins.float = ...,
+        pooled_tokens: _builtins.int = ...,
+        alarms: _abc.Iterable[Global___AlarmState] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["id", b"id"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["alarms", b"alarms", "commitment_ids", b"commitment_ids", "evidence", b"evidence", "evidence_bound", b"evidence_bound", "first_seen_ns", b"first_seen_ns", "id", b"id", "last_seen_ns", b"last_seen_ns", "pooled_tokens", b"pooled_tokens", "windows", b"windows"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Prover: _TypeAlias = Prover  # noqa: Y015
+
+@_typing.final
+class ListProversRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ALARMED_ONLY_FIELD_NUMBER: _builtins.int
+    alarmed_only: _builtins.bool
+    """Only provers with an alarm in force."""
+    def __init__(
+        self,
+        *,
+        alarmed_only: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["alarmed_only", b"alarmed_only"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListProversRequest: _TypeAlias = ListProversRequest  # noqa: Y015
+
+@_typing.final
+class ListProversResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PROVERS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def provers(self) -> _containers.RepeatedCompositeFieldContainer[Global___Prover]: ...
+    def __init__(
+        self,
+        *,
+        provers: _abc.Iterable[Global___Prover] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["provers", b"provers"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListProversResponse: _TypeAlias = ListProversResponse  # noqa: Y015
+
+@_typing.final
+class GetProverRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ID_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def id(self) -> Global___ProverId: ...
+    def __init__(
+        self,
+        *,
+        id: Global___ProverId | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["id", b"id"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["id", b"id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetProverRequest: _TypeAlias = GetProverRequest  # noqa: Y015
+
+@_typing.final
+class GetProverResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PROVER_FIELD_NUMBER: _builtins.int
+    EVIDENCE_HISTORY_FIELD_NUMBER: _builtins.int
+    ALARMS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def prover(self) -> Global___Prover: ...
+    @_builtins.property
+    def evidence_history(self) -> _containers.RepeatedCompositeFieldContainer[Global___EvidencePoint]:
+        """The statistic after each of the latest verdicts that moved it, oldest first."""
+
+    @_builtins.property
+    def alarms(self) -> _containers.RepeatedCompositeFieldContainer[Global___AlarmState]:
+        """Every alarm the prover had, in force and cleared, oldest first."""
+
+    def __init__(
+        self,
+        *,
+        prover: Global___Prover | None = ...,
+        evidence_history: _abc.Iterable[Global___EvidencePoint] | None = ...,
+        alarms: _abc.Iterable[Global___AlarmState] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["prover", b"prover"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["alarms", b"alarms", "evidence_history", b"evidence_history", "prover", b"prover"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetProverResponse: _TypeAlias = GetProverResponse  # noqa: Y015
+
+@_typing.final
+class WatchAlarmsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___WatchAlarmsRequest: _TypeAlias = WatchAlarmsRequest  # noqa: Y015
+
+@_typing.final
+class WatchAlarmsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ALARM_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def alarm(self) -> Global___AlarmState: ...
+    def __init__(
+        self,
+        *,
+        alarm: Global___AlarmState | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["alarm", b"alarm"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["alarm", b"alarm"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___WatchAlarmsResponse: _TypeAlias = WatchAlarmsResponse  # noqa: Y015
+
+@_typing.final
+class ClearAlarmRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ALARM_ID_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    alarm_id: _builtins.str
+    reason: _builtins.str
+    """Why the operator clears it (required; kept in the audit log)."""
+    def __init__(
+        self,
+        *,
+        alarm_id: _builtins.str = ...,
+        reason: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["alarm_id", b"alarm_id", "reason", b"reason"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ClearAlarmRequest: _TypeAlias = ClearAlarmRequest  # noqa: Y015
+
+@_typing.final
+class ClearAlarmResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CLEARED_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def cleared(self) -> Global___AlarmState: ...
+    def __init__(
+        self,
+        *,
+        cleared: Global___AlarmState | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["cleared", b"cleared"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cleared", b"cleared"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ClearAlarmResponse: _TypeAlias = ClearAlarmResponse  # noqa: Y015

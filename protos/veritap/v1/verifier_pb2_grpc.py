@@ -95,6 +95,26 @@ class VerifierServiceStub:
                 request_serializer=veritap_dot_v1_dot_verifier__pb2.ClearIntakeAlertRequest.SerializeToString,
                 response_deserializer=veritap_dot_v1_dot_verifier__pb2.ClearIntakeAlertResponse.FromString,
                 _registered_method=True)
+        self.ListProvers = channel.unary_unary(
+                '/veritap.v1.VerifierService/ListProvers',
+                request_serializer=veritap_dot_v1_dot_verifier__pb2.ListProversRequest.SerializeToString,
+                response_deserializer=veritap_dot_v1_dot_verifier__pb2.ListProversResponse.FromString,
+                _registered_method=True)
+        self.GetProver = channel.unary_unary(
+                '/veritap.v1.VerifierService/GetProver',
+                request_serializer=veritap_dot_v1_dot_verifier__pb2.GetProverRequest.SerializeToString,
+                response_deserializer=veritap_dot_v1_dot_verifier__pb2.GetProverResponse.FromString,
+                _registered_method=True)
+        self.WatchAlarms = channel.unary_stream(
+                '/veritap.v1.VerifierService/WatchAlarms',
+                request_serializer=veritap_dot_v1_dot_verifier__pb2.WatchAlarmsRequest.SerializeToString,
+                response_deserializer=veritap_dot_v1_dot_verifier__pb2.WatchAlarmsResponse.FromString,
+                _registered_method=True)
+        self.ClearAlarm = channel.unary_unary(
+                '/veritap.v1.VerifierService/ClearAlarm',
+                request_serializer=veritap_dot_v1_dot_verifier__pb2.ClearAlarmRequest.SerializeToString,
+                response_deserializer=veritap_dot_v1_dot_verifier__pb2.ClearAlarmResponse.FromString,
+                _registered_method=True)
 
 
 class VerifierServiceServicer:
@@ -183,6 +203,37 @@ class VerifierServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListProvers(self, request, context):
+        """Provers (collector origin x server address x server port) with their
+        verdict statistics, test statistic and alarms in force.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetProver(self, request, context):
+        """One prover in full: its windows, its evidence over time, every alarm it had.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def WatchAlarms(self, request, context):
+        """Prover alarms: those in force first, then each one raised or cleared, as it
+        happens.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ClearAlarm(self, request, context):
+        """Admin role only. Clear a prover alarm with a reason (audited; NOT_FOUND: no
+        such alarm in force). The alarm is kept, marked cleared.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_VerifierServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -245,6 +296,26 @@ def add_VerifierServiceServicer_to_server(servicer, server):
                     servicer.ClearIntakeAlert,
                     request_deserializer=veritap_dot_v1_dot_verifier__pb2.ClearIntakeAlertRequest.FromString,
                     response_serializer=veritap_dot_v1_dot_verifier__pb2.ClearIntakeAlertResponse.SerializeToString,
+            ),
+            'ListProvers': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListProvers,
+                    request_deserializer=veritap_dot_v1_dot_verifier__pb2.ListProversRequest.FromString,
+                    response_serializer=veritap_dot_v1_dot_verifier__pb2.ListProversResponse.SerializeToString,
+            ),
+            'GetProver': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetProver,
+                    request_deserializer=veritap_dot_v1_dot_verifier__pb2.GetProverRequest.FromString,
+                    response_serializer=veritap_dot_v1_dot_verifier__pb2.GetProverResponse.SerializeToString,
+            ),
+            'WatchAlarms': grpc.unary_stream_rpc_method_handler(
+                    servicer.WatchAlarms,
+                    request_deserializer=veritap_dot_v1_dot_verifier__pb2.WatchAlarmsRequest.FromString,
+                    response_serializer=veritap_dot_v1_dot_verifier__pb2.WatchAlarmsResponse.SerializeToString,
+            ),
+            'ClearAlarm': grpc.unary_unary_rpc_method_handler(
+                    servicer.ClearAlarm,
+                    request_deserializer=veritap_dot_v1_dot_verifier__pb2.ClearAlarmRequest.FromString,
+                    response_serializer=veritap_dot_v1_dot_verifier__pb2.ClearAlarmResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -572,6 +643,114 @@ class VerifierService:
             '/veritap.v1.VerifierService/ClearIntakeAlert',
             veritap_dot_v1_dot_verifier__pb2.ClearIntakeAlertRequest.SerializeToString,
             veritap_dot_v1_dot_verifier__pb2.ClearIntakeAlertResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListProvers(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/veritap.v1.VerifierService/ListProvers',
+            veritap_dot_v1_dot_verifier__pb2.ListProversRequest.SerializeToString,
+            veritap_dot_v1_dot_verifier__pb2.ListProversResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetProver(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/veritap.v1.VerifierService/GetProver',
+            veritap_dot_v1_dot_verifier__pb2.GetProverRequest.SerializeToString,
+            veritap_dot_v1_dot_verifier__pb2.GetProverResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WatchAlarms(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/veritap.v1.VerifierService/WatchAlarms',
+            veritap_dot_v1_dot_verifier__pb2.WatchAlarmsRequest.SerializeToString,
+            veritap_dot_v1_dot_verifier__pb2.WatchAlarmsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ClearAlarm(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/veritap.v1.VerifierService/ClearAlarm',
+            veritap_dot_v1_dot_verifier__pb2.ClearAlarmRequest.SerializeToString,
+            veritap_dot_v1_dot_verifier__pb2.ClearAlarmResponse.FromString,
             options,
             channel_credentials,
             insecure,

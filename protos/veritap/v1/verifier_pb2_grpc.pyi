@@ -57,6 +57,20 @@ class VerifierServiceStub:
     (FAILED_PRECONDITION says why not; NOT_FOUND: no alert in force). The alert
     and its evidence are kept as cleared; the change goes to the audit log.
     """
+    ListProvers: _grpc.UnaryUnaryMultiCallable[_verifier_pb2.ListProversRequest, _verifier_pb2.ListProversResponse]
+    """Provers (collector origin x server address x server port) with their
+    verdict statistics, test statistic and alarms in force.
+    """
+    GetProver: _grpc.UnaryUnaryMultiCallable[_verifier_pb2.GetProverRequest, _verifier_pb2.GetProverResponse]
+    """One prover in full: its windows, its evidence over time, every alarm it had."""
+    WatchAlarms: _grpc.UnaryStreamMultiCallable[_verifier_pb2.WatchAlarmsRequest, _verifier_pb2.WatchAlarmsResponse]
+    """Prover alarms: those in force first, then each one raised or cleared, as it
+    happens.
+    """
+    ClearAlarm: _grpc.UnaryUnaryMultiCallable[_verifier_pb2.ClearAlarmRequest, _verifier_pb2.ClearAlarmResponse]
+    """Admin role only. Clear a prover alarm with a reason (audited; NOT_FOUND: no
+    such alarm in force). The alarm is kept, marked cleared.
+    """
 
 @_typing.type_check_only
 class VerifierServiceAsyncStub(VerifierServiceStub):
@@ -86,6 +100,20 @@ class VerifierServiceAsyncStub(VerifierServiceStub):
     the collector's log agrees again with what this verifier stored
     (FAILED_PRECONDITION says why not; NOT_FOUND: no alert in force). The alert
     and its evidence are kept as cleared; the change goes to the audit log.
+    """
+    ListProvers: _aio.UnaryUnaryMultiCallable[_verifier_pb2.ListProversRequest, _verifier_pb2.ListProversResponse]  # type: ignore[assignment]
+    """Provers (collector origin x server address x server port) with their
+    verdict statistics, test statistic and alarms in force.
+    """
+    GetProver: _aio.UnaryUnaryMultiCallable[_verifier_pb2.GetProverRequest, _verifier_pb2.GetProverResponse]  # type: ignore[assignment]
+    """One prover in full: its windows, its evidence over time, every alarm it had."""
+    WatchAlarms: _aio.UnaryStreamMultiCallable[_verifier_pb2.WatchAlarmsRequest, _verifier_pb2.WatchAlarmsResponse]  # type: ignore[assignment]
+    """Prover alarms: those in force first, then each one raised or cleared, as it
+    happens.
+    """
+    ClearAlarm: _aio.UnaryUnaryMultiCallable[_verifier_pb2.ClearAlarmRequest, _verifier_pb2.ClearAlarmResponse]  # type: ignore[assignment]
+    """Admin role only. Clear a prover alarm with a reason (audited; NOT_FOUND: no
+    such alarm in force). The alarm is kept, marked cleared.
     """
 
 class VerifierServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -185,6 +213,44 @@ class VerifierServiceServicer(metaclass=_abc_1.ABCMeta):
         the collector's log agrees again with what this verifier stored
         (FAILED_PRECONDITION says why not; NOT_FOUND: no alert in force). The alert
         and its evidence are kept as cleared; the change goes to the audit log.
+        """
+
+    @_abc_1.abstractmethod
+    def ListProvers(
+        self,
+        request: _verifier_pb2.ListProversRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_verifier_pb2.ListProversResponse, _abc.Awaitable[_verifier_pb2.ListProversResponse]]:
+        """Provers (collector origin x server address x server port) with their
+        verdict statistics, test statistic and alarms in force.
+        """
+
+    @_abc_1.abstractmethod
+    def GetProver(
+        self,
+        request: _verifier_pb2.GetProverRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_verifier_pb2.GetProverResponse, _abc.Awaitable[_verifier_pb2.GetProverResponse]]:
+        """One prover in full: its windows, its evidence over time, every alarm it had."""
+
+    @_abc_1.abstractmethod
+    def WatchAlarms(
+        self,
+        request: _verifier_pb2.WatchAlarmsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_verifier_pb2.WatchAlarmsResponse], _abc.AsyncIterator[_verifier_pb2.WatchAlarmsResponse]]:
+        """Prover alarms: those in force first, then each one raised or cleared, as it
+        happens.
+        """
+
+    @_abc_1.abstractmethod
+    def ClearAlarm(
+        self,
+        request: _verifier_pb2.ClearAlarmRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_verifier_pb2.ClearAlarmResponse, _abc.Awaitable[_verifier_pb2.ClearAlarmResponse]]:
+        """Admin role only. Clear a prover alarm with a reason (audited; NOT_FOUND: no
+        such alarm in force). The alarm is kept, marked cleared.
         """
 
 def add_VerifierServiceServicer_to_server(servicer: VerifierServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
