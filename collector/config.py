@@ -6,9 +6,10 @@ origin = "edge-1.example/veritap"   # the log's origin (default: "<hostname>/ver
 
 [capture]
 interface = "lo"                    # AF_PACKET interface ("any": every interface, cooked)
-filter = "tcp port 8000 or (ip[6:2] & 0x3fff != 0) or (ip6 and ip6[6] == 44)"
-                                    # BPF filter, compiled with tcpdump (empty: none); keep
-                                    # the fragment clauses: later fragments have no TCP ports
+filter = "tcp port 8000 and ..."    # BPF filter, compiled with tcpdump (empty: none);
+                                    # default DEFAULT_FILTER: the API port without pure
+                                    # ACKs, IPv4 and IPv6, and the fragment clauses (later
+                                    # fragments have no TCP ports)
 server_ports = [8000]               # the API port(s): decides who is the server midstream
 promiscuous = true
 snaplen = 262144
@@ -71,6 +72,18 @@ DEFAULT_PORT = 8000
 #: IPv4 and IPv6 fragments: every fragment but the first lacks the TCP header a port filter
 #: needs, so a filter must let them through for the decoder to reassemble them.
 FRAGMENTS_FILTER = "(ip[6:2] & 0x3fff != 0) or (ip6 and ip6[6] == 44)"
+#: TCP segments that carry a SYN, FIN or RST, or payload: everything but pure ACKs (about a
+#: third of an API port's packets), which the reassembler does without. libpcap's `tcp[]`
+#: reads IPv4 only; on IPv6 a `tcp` match means the next header is TCP, so the TCP header
+#: sits right after the fixed 40-byte header: flags at ip6[53], data offset at ip6[52].
+NOT_PURE_ACK_FILTER = (
+    "((ip and (tcp[tcpflags] & (tcp-syn|tcp-fin|tcp-rst) != 0"
+    " or ip[2:2] - ((ip[0] & 0xf) << 2) - ((tcp[12] & 0xf0) >> 2) != 0))"
+    " or (ip6 and (ip6[53] & 0x07 != 0 or ip6[4:2] - ((ip6[52] & 0xf0) >> 2) != 0)))"
+)
+#: The API port without pure ACKs, IPv4 and IPv6, and the fragments ("and" and "or" bind
+#: alike, left to right: the fragment clauses are alternatives to the whole port clause).
+DEFAULT_FILTER = f"tcp port {DEFAULT_PORT} and {NOT_PURE_ACK_FILTER} or {FRAGMENTS_FILTER}"
 
 
 class _Section(Section):
@@ -104,7 +117,7 @@ class _Section(Section):
 @dataclass(frozen=True)
 class CaptureConfig:
     interface: str = "lo"
-    filter: str = f"tcp port {DEFAULT_PORT} or {FRAGMENTS_FILTER}"
+    filter: str = DEFAULT_FILTER
     server_ports: tuple[int, ...] = (DEFAULT_PORT,)
     promiscuous: bool = True
     snaplen: int = 262_144

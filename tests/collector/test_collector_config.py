@@ -8,7 +8,7 @@ import pytest
 from veritap.toml_section import ConfigError
 
 from collector.capture.decode import ChecksumPolicy
-from collector.config import FRAGMENTS_FILTER, CollectorConfig, load_config
+from collector.config import DEFAULT_FILTER, CollectorConfig, load_config
 
 
 def _write(tmp_path: Path, text: str) -> Path:
@@ -20,7 +20,7 @@ def _write(tmp_path: Path, text: str) -> Path:
 def test_every_setting_has_a_working_default(tmp_path: Path) -> None:
     config = load_config(_write(tmp_path, ""))
     assert config.capture == CollectorConfig().capture
-    assert config.capture.filter == f"tcp port 8000 or {FRAGMENTS_FILTER}"
+    assert config.capture.filter == DEFAULT_FILTER
     assert config.capture.server_ports == (8000,)
     assert config.http.dialects == ("openai-chat", "openai-completions")
     assert config.origin.endswith("/veritap")
