@@ -222,6 +222,8 @@ class Verdict(_message.Message):
     OUT_OF_MASK_FIELD_NUMBER: _builtins.int
     TOKENIZATION_RESTARTS_FIELD_NUMBER: _builtins.int
     FOUND_TOKEN_IDS_FIELD_NUMBER: _builtins.int
+    CHECKPOINT_TREE_SIZE_FIELD_NUMBER: _builtins.int
+    CHECKPOINT_ROOT_HASH_FIELD_NUMBER: _builtins.int
     record_id: _builtins.str
     origin: _builtins.str
     seq: _builtins.int
@@ -263,6 +265,11 @@ class Verdict(_message.Message):
     """Restarts the tokenization search took for the scored choice (0 when the
     first segmentation of the text was the sampler's, or ids were claimed).
     """
+    checkpoint_tree_size: _builtins.int
+    """The collector's signed checkpoint that authenticated the entry before it
+    was judged (its tree size covers `seq`; the root is the signed Merkle root).
+    """
+    checkpoint_root_hash: _builtins.bytes
     @_builtins.property
     def settings(self) -> Global___DifrSettings: ...
     @_builtins.property
@@ -304,10 +311,12 @@ class Verdict(_message.Message):
         out_of_mask: _builtins.int = ...,
         tokenization_restarts: _builtins.int = ...,
         found_token_ids: _abc.Iterable[_builtins.int] | None = ...,
+        checkpoint_tree_size: _builtins.int = ...,
+        checkpoint_root_hash: _builtins.bytes = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["cost", b"cost", "settings", b"settings", "timings", b"timings"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempts", b"attempts", "choice_index", b"choice_index", "commitment_id", b"commitment_id", "cost", b"cost", "decided_at_ns", b"decided_at_ns", "detail", b"detail", "engine", b"engine", "engine_version", b"engine_version", "entry_hash", b"entry_hash", "exact_matches", b"exact_matches", "found_token_ids", b"found_token_ids", "margins_f16", b"margins_f16", "model", b"model", "origin", b"origin", "out_of_mask", b"out_of_mask", "reason", b"reason", "record_id", b"record_id", "retokenized", b"retokenized", "sampler_profile", b"sampler_profile", "score", b"score", "seq", b"seq", "settings", b"settings", "status", b"status", "timings", b"timings", "token_count", b"token_count", "tokenization_restarts", b"tokenization_restarts"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempts", b"attempts", "checkpoint_root_hash", b"checkpoint_root_hash", "checkpoint_tree_size", b"checkpoint_tree_size", "choice_index", b"choice_index", "commitment_id", b"commitment_id", "cost", b"cost", "decided_at_ns", b"decided_at_ns", "detail", b"detail", "engine", b"engine", "engine_version", b"engine_version", "entry_hash", b"entry_hash", "exact_matches", b"exact_matches", "found_token_ids", b"found_token_ids", "margins_f16", b"margins_f16", "model", b"model", "origin", b"origin", "out_of_mask", b"out_of_mask", "reason", b"reason", "record_id", b"record_id", "retokenized", b"retokenized", "sampler_profile", b"sampler_profile", "score", b"score", "seq", b"seq", "settings", b"settings", "status", b"status", "timings", b"timings", "token_count", b"token_count", "tokenization_restarts", b"tokenization_restarts"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -880,6 +889,7 @@ class GetStatsResponse(_message.Message):
     INBOX_FIELD_NUMBER: _builtins.int
     PENDING_FIELD_NUMBER: _builtins.int
     ENTRIES_FIELD_NUMBER: _builtins.int
+    AWAITING_CHECKPOINT_FIELD_NUMBER: _builtins.int
     verdicts_per_second: _builtins.float
     vca: _builtins.float
     """Verifier compute advantage over the recent window; 0 when unknown."""
@@ -889,6 +899,10 @@ class GetStatsResponse(_message.Message):
     pending: _builtins.int
     """Records waiting for an engine, all commitments together."""
     entries: _builtins.int
+    awaiting_checkpoint: _builtins.int
+    """Entries received (in `inbox`) that no verified signed checkpoint covers
+    yet: they are judged once one does.
+    """
     @_builtins.property
     def intake(self) -> _containers.RepeatedCompositeFieldContainer[Global___CollectorIntake]: ...
     @_builtins.property
@@ -907,10 +921,11 @@ class GetStatsResponse(_message.Message):
         inbox: _builtins.int = ...,
         pending: _builtins.int = ...,
         entries: _builtins.int = ...,
+        awaiting_checkpoint: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["backlog", b"backlog", "entries", b"entries", "inbox", b"inbox", "intake", b"intake", "pending", b"pending", "vca", b"vca", "vca_method", b"vca_method", "verdicts_by_status", b"verdicts_by_status", "verdicts_per_second", b"verdicts_per_second"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["awaiting_checkpoint", b"awaiting_checkpoint", "backlog", b"backlog", "entries", b"entries", "inbox", b"inbox", "intake", b"intake", "pending", b"pending", "vca", b"vca", "vca_method", b"vca_method", "verdicts_by_status", b"verdicts_by_status", "verdicts_per_second", b"verdicts_per_second"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
