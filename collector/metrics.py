@@ -9,7 +9,8 @@
 - the log: `LogWriter` calls `records_appended` after each group commit; the log's commit and
   checkpoint listeners call `log_committed` and `checkpoint_written` (`watch_log`); `collector
   serve`, which only reads the log, sets the head gauges from its polls (`log_read`);
-- the LedgerService: subscribers, entries streamed per batch and each subscriber's lag.
+- the LedgerService: subscribers, entries streamed per batch and each subscriber's lag;
+- the process: `veritap_build_info`, `process_*` and `python_info` (veritap.runtime_metrics).
 
 The daemon serves it with `METRICS.serve(address)` (`[metrics] listen`). Tests make their own
 `CollectorMetrics()`. Label values are short lower-case words (`quality="response_gap"`).
@@ -26,6 +27,7 @@ from typing import Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 from veritap.metrics_http import MetricsServer, serve_metrics
+from veritap.runtime_metrics import register_runtime_metrics
 from veritap.v1 import record_pb2
 
 log = logging.getLogger(__name__)
@@ -100,6 +102,7 @@ class CollectorMetrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = CollectorRegistry() if registry is None else registry
         r = self.registry
+        register_runtime_metrics(r, "collector")
         self.packets = Counter(
             _PREFIX + "packets",
             "Packets read from a capture source.",

@@ -9,7 +9,9 @@ own `VerifierMetrics()` (each has its own registry).
 
 Labels: `origin` (a collector), `commitment` (a commitment id), `status` (a verdict status in
 lower case: "pass", "fail", ...), `target` ("gpu0", "pid1234": what the meter measured),
-`method` (nvml-gpm, nvml-utilization, cpu-seconds).
+`method` (nvml-gpm, nvml-utilization, cpu-seconds). `veritap_commitment_info` names each
+commitment's model; `veritap_build_info`, `process_*` and `python_info` describe the process
+(veritap.runtime_metrics).
 """
 
 from __future__ import annotations
@@ -19,12 +21,14 @@ from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from veritap.metrics_http import MetricsServer, serve_metrics
+from veritap.runtime_metrics import register_runtime_metrics
 from veritap.v1 import verifier_pb2
 
 from verifierd.meter.readings import Method, Reading
 from verifierd.meter.sampling import Meter, ReadingCallback
 
 if TYPE_CHECKING:  # verifierd.vca brings aiohttp and LMDB, which the metrics do not need
+    from verifierd.commitments import Commitment
     from verifierd.vca import VcaRow
 
 _PREFIX = "veritap_verifier_"
@@ -47,6 +51,15 @@ class VerifierMetrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = CollectorRegistry() if registry is None else registry
         r = self.registry
+        register_runtime_metrics(r, "verifierd")
+        self.commitment_info = Gauge(
+            "veritap_commitment_info",
+            "Always 1 for each commitment this verifier verifies; the labels name its model "
+            "(first served model name), dtype and sampler profile, to join onto the 64-hex "
+            "commitment label of the other series.",
+            ["commitment", "model", "dtype", "sampler"],
+            registry=r,
+        )
         # Intake.
         self.intake_entries = Counter(
             _PREFIX + "intake_entries",
@@ -182,6 +195,17 @@ class VerifierMetrics:
             registry=r,
         )
         self._vca_series: set[tuple[str, str]] = set()
+
+    def commitments_known(self, commitments: Iterable[Commitment]) -> None:
+        """Export one `veritap_commitment_info` series per commitment (the daemon's are fixed
+        at start)."""
+        for c in commitments:
+            self.commitment_info.labels(
+                commitment=c.commitment_id,
+                model=c.served_model_names[0],
+                dtype=c.dtype,
+                sampler=c.sampler_profile,
+            ).set(1)
 
     def verdict_decided(self, commitment_id: str, status: int) -> None:
         self.verdicts.labels(commitment=commitment_id, status=status_label(status)).inc()

@@ -11,6 +11,8 @@ from types import SimpleNamespace
 import pytest
 from veritap.v1 import verifier_pb2
 
+from tests.verifierd.commitment_fixtures import commit, make_model_dir
+from verifierd.commitments import CommitmentRegistry
 from verifierd.config import Config, MetricsConfig
 from verifierd.engine.pool import EngineStatus
 from verifierd.metrics import VerifierMetrics
@@ -44,13 +46,20 @@ def verdict_write(seq: int, status: int, prefill_ns: int = 0) -> VerdictWrite:
     return VerdictWrite("edge", seq, f"r{seq}", signed, verdict)
 
 
-async def test_verdicts_backlog_and_engines_are_exported(store: Store) -> None:
+async def test_verdicts_backlog_engines_and_commitments_are_exported(
+    store: Store, tmp_path: Path
+) -> None:
     metrics = VerifierMetrics()
+    known = commit(make_model_dir(tmp_path / "model"), served_model_names=("tiny", "tiny-alias"))
     engines = [
         EngineStatus(COMMITMENT, verifier_pb2.ENGINE_STATE_READY, 1 << 30, (), 0, "pid 1"),
         EngineStatus("ef" * 32, verifier_pb2.ENGINE_STATE_LOADING, 1 << 30, (), 0, "pid 2"),
     ]
-    context = SimpleNamespace(store=store, pool=SimpleNamespace(status=lambda: engines))
+    context = SimpleNamespace(
+        store=store,
+        pool=SimpleNamespace(status=lambda: engines),
+        registry=CommitmentRegistry.of([known]),
+    )
     service = MetricsService(context, metrics, listen="127.0.0.1:0")  # type: ignore[arg-type]
     await service.start()
     try:
@@ -84,6 +93,8 @@ async def test_verdicts_backlog_and_engines_are_exported(store: Store) -> None:
     age = sample(f"{p}backlog_oldest_age_seconds", commitment=COMMITMENT)
     assert age is not None and 0 <= age < 60
     assert sample(f"{p}engines_loaded") == 1
+    info = {"commitment": known.commitment_id, "model": "tiny", "dtype": known.dtype}
+    assert sample("veritap_commitment_info", **info, sampler="vllm-cpu-splitmix") == 1
     assert f'{p}verdicts_total{{commitment="{COMMITMENT}",status="pass"}} 1.0' in text
 
     # After stop, new verdicts are no longer counted by this service.
@@ -94,7 +105,9 @@ async def test_verdicts_backlog_and_engines_are_exported(store: Store) -> None:
 
 async def test_a_taken_port_keeps_the_metrics_unserved(store: Store) -> None:
     first = VerifierMetrics()
-    context = SimpleNamespace(store=store, pool=SimpleNamespace(status=list))
+    context = SimpleNamespace(
+        store=store, pool=SimpleNamespace(status=list), registry=CommitmentRegistry.of([])
+    )
     holder = first.serve("127.0.0.1:0")
     try:
         address = holder.url.removeprefix("http://").removesuffix("/metrics")
@@ -109,7 +122,12 @@ async def test_a_taken_port_keeps_the_metrics_unserved(store: Store) -> None:
 async def test_the_address_comes_from_the_config_and_empty_serves_nothing(store: Store) -> None:
     def context(listen: str) -> SimpleNamespace:
         config = Config(metrics=MetricsConfig(listen=listen))
-        return SimpleNamespace(store=store, pool=SimpleNamespace(status=list), config=config)
+        return SimpleNamespace(
+            store=store,
+            pool=SimpleNamespace(status=list),
+            config=config,
+            registry=CommitmentRegistry.of([]),
+        )
 
     off = MetricsService(context(""), VerifierMetrics())  # type: ignore[arg-type]
     await off.start()

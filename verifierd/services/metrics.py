@@ -1,6 +1,7 @@
 """verifierd's /metrics as one of the daemon's services.
 
-Counts every stored verdict by commitment and status (with its prefill and scoring time) from
+Exports the commitments this verifier knows (`veritap_commitment_info`), counts every stored
+verdict by commitment and status (with its prefill and scoring time) from
 the store's verdict listener, refreshes the backlog and loaded-engine gauges every
 `POLL_S` seconds, and serves `verifierd.metrics.METRICS` at `[metrics] listen` ("": not
 served). When the address is taken (a second verifierd on the host) the service says so in the
@@ -80,6 +81,7 @@ class MetricsService:
 
     async def start(self) -> None:
         self._running = True
+        self._metrics.commitments_known(self._context.registry.by_id.values())
         if self._listen:
             try:
                 self._server = self._metrics.serve(self._listen)
