@@ -20,6 +20,7 @@ from textual.app import App
 from textual.binding import Binding, BindingType
 from textual.reactive import reactive
 from textual.screen import Screen
+from veritap.control_chars import escape_controls
 from veritap.tls import ClientTls, TlsConfigError
 
 from tui.client import ConsoleClient, Endpoint, Health
@@ -77,7 +78,11 @@ class VeritapConsole(App[None]):
     def _health(self, health: Health) -> None:
         if health.reachable:
             if self._down.pop(health.name, None) is not None:
-                self.notify(f"{health.name} answers again", title="reconnected")
+                self.notify(
+                    escape_controls(f"{health.name} answers again"),
+                    title="reconnected",
+                    markup=False,
+                )
         else:
             self._down[health.name] = health.code
         self.outage = banner_text(self._down)

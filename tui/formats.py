@@ -1,4 +1,9 @@
-"""How the console writes times, ages, sizes, ids, statuses and scores: pure functions."""
+"""How the console writes times, ages, sizes, ids, statuses and scores: pure functions.
+
+Every string the daemons send may come from the prover (model names, prompts, responses,
+error messages): the console shows it through :func:`shown`, as a Rich ``Text`` (never
+parsed as markup) with its control and bidi characters escaped.
+"""
 
 from __future__ import annotations
 
@@ -6,10 +11,18 @@ import datetime
 import json
 import math
 
+from rich.text import Text
+from veritap.control_chars import escape_controls
 from veritap.v1 import record_pb2, verifier_pb2
 
 _STATUS_PREFIX = "VERDICT_STATUS_"
 _ENGINE_PREFIX = "ENGINE_STATE_"
+
+
+def shown(text: str, style: str = "") -> Text:
+    """Captured or remote ``text`` as the console shows it: literally, never as markup,
+    with what a terminal would act on escaped (``\\x1b``, ``\\u202e``)."""
+    return Text(escape_controls(text), style=style)
 
 
 def utc_time(ns: int) -> str:

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 
 from rich.text import Text
 
+from tui import formats
+
 
 @dataclass(frozen=True)
 class HeatStep:
@@ -48,11 +50,11 @@ def style_for(margin: float, delta_max: float) -> str:
 
 def heat_text(pieces: Sequence[str], margins: Sequence[float], delta_max: float) -> Text:
     """The response with each token's text styled by its margin (pieces beyond the
-    margins are left plain)."""
+    margins are left plain), each piece shown literally (:func:`tui.formats.shown`)."""
     text = Text()
     for i, piece in enumerate(pieces):
         style = style_for(margins[i], delta_max) if i < len(margins) else ""
-        text.append(piece, style=style)
+        text.append_text(formats.shown(piece, style))
     return text
 
 

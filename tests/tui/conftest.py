@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from tests.tui.daemons import Daemons
+from tests.tui.hostile_traffic import WITH_HOSTILE
 
 
 @pytest.fixture
@@ -23,6 +24,15 @@ def daemons(tmp_path: Path) -> Iterator[Daemons]:
 def fixed_daemons(tmp_path: Path) -> Iterator[Daemons]:
     """Collector and verifierd whose store holds the records with fixed entry hashes."""
     running = Daemons(tmp_path, intake=False)
+    running.start()
+    yield running
+    running.close()
+
+
+@pytest.fixture
+def hostile_daemons(tmp_path: Path) -> Iterator[Daemons]:
+    """As ``fixed_daemons``, with records from a prover that attacks the operator's terminal."""
+    running = Daemons(tmp_path, intake=False, exchanges=WITH_HOSTILE)
     running.start()
     yield running
     running.close()

@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -32,12 +32,12 @@ from tests.recorded_traffic import (
     EXCHANGES,
     ORIGIN,
     PASS,
-    by_record_id,
+    Exchange,
+    chained_envelopes,
     classify_inbox,
     collector_signer,
     install_committed_model,
     make_record,
-    replay_into_store,
     verdict_for,
     verifier_signer,
 )
@@ -59,9 +59,12 @@ _TIMEOUT_S = 60.0
 
 
 class Daemons:
-    def __init__(self, root: Path, *, intake: bool = True) -> None:
+    def __init__(
+        self, root: Path, *, intake: bool = True, exchanges: Sequence[Exchange] = EXCHANGES
+    ) -> None:
         self.root = root
         self._with_intake = intake
+        self.exchanges = tuple(exchanges)
         self.pki = write_service_pki(root / "pki")
         self.model = install_committed_model(root / "model")
         self.registry = CommitmentRegistry.of([self.model.commitment])
@@ -96,12 +99,12 @@ class Daemons:
         log = Log.open(self.root / "collector" / "log", origin=ORIGIN, signer=signer)
         self.log = log
         await asyncio.to_thread(
-            log.append_many, [make_record(e, self.model.tokenizer) for e in EXCHANGES]
+            log.append_many, [make_record(e, self.model.tokenizer) for e in self.exchanges]
         )
         await self._start_ledger(0)
         assert self.ledger is not None
         if not self._with_intake:
-            await asyncio.to_thread(replay_into_store, self.store, self.model, self.signer)
+            await asyncio.to_thread(self._replay_into_store)
             await self._start_verifier(0)
             return
         config = Config(
@@ -121,12 +124,20 @@ class Daemons:
         self.intake = Intake(self.store, config)
         await self.intake.start()
         deadline = time.monotonic() + _TIMEOUT_S
-        while self.store.cursor(ORIGIN).seq < len(EXCHANGES) or not self._streaming():
+        while self.store.cursor(ORIGIN).seq < len(self.exchanges) or not self._streaming():
             if time.monotonic() > deadline:
                 raise AssertionError("the intake did not catch up with the collector")
             await asyncio.sleep(0.05)
-        await asyncio.to_thread(classify_inbox, self.store, self.model, self.signer)
+        await asyncio.to_thread(
+            classify_inbox, self.store, self.model, self.signer, exchanges=self.exchanges
+        )
         await self._start_verifier(0)
+
+    def _replay_into_store(self) -> None:
+        """Ingest the exchanges as ORIGIN's log with fixed stamps, and classify them."""
+        records = [make_record(e, self.model.tokenizer) for e in self.exchanges]
+        self.store.ingest(ORIGIN, chained_envelopes(records))
+        classify_inbox(self.store, self.model, self.signer, exchanges=self.exchanges)
 
     async def _start_ledger(self, port: int) -> None:
         assert self.log is not None
@@ -154,7 +165,7 @@ class Daemons:
     def _streaming(self) -> bool:
         assert self.intake is not None
         return all(
-            s.state == "streaming" and s.remote_head_seq == len(EXCHANGES)
+            s.state == "streaming" and s.remote_head_seq == len(self.exchanges)
             for s in self.intake.status()
         )
 
@@ -223,9 +234,8 @@ class Daemons:
             record_id = record_pb2.InferenceRecord.FromString(
                 log_pb2.Entry.FromString(entry.envelope).record
             ).record_id
-            verdict = verdict_for(
-                by_record_id(record_id), entry, self.model.commitment, self.model.tokenizer
-            )
+            exchange = next(e for e in self.exchanges if e.record_id == record_id)
+            verdict = verdict_for(exchange, entry, self.model.commitment, self.model.tokenizer)
             verdict.status = status  # type: ignore[assignment]
             signed = sign_verdict(verdict, self.signer)
             writes.append(

@@ -16,6 +16,7 @@ import pytest
 from textual.pilot import Pilot
 
 from tests.tui.daemons import Daemons
+from tests.tui.hostile_traffic import HOSTILE_VIEWS
 from tests.tui.pilot_waits import loaded, until
 from tui.app import VeritapConsole
 from tui.widgets.connection_banner import ConnectionBanner
@@ -102,3 +103,12 @@ def test_verifierd_away(snap_compare: SnapCompare, fixed_daemons: Daemons) -> No
     assert snap_compare(
         console(fixed_daemons, timeout_s=1.0), terminal_size=SIZE, run_before=run_before
     )
+
+
+@pytest.mark.parametrize("keys", HOSTILE_VIEWS.values(), ids=HOSTILE_VIEWS.keys())
+def test_hostile_record(
+    snap_compare: SnapCompare, hostile_daemons: Daemons, keys: tuple[str, ...]
+) -> None:
+    """The prover's markup, escape sequences, bidi overrides and 10,000-character model
+    name are shown as text, escaped, on every screen (tests.tui.hostile_traffic)."""
+    assert snap_compare(console(hostile_daemons), terminal_size=SIZE, run_before=after(*keys))

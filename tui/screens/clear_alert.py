@@ -57,9 +57,15 @@ class ClearAlertScreen(ModalScreen[str | None]):
         alert = self._alert
         with Vertical(id="clear-alert"):
             yield Static(
-                f"Resume intake from {alert.origin} ({alert.reason})?", id="clear-alert-title"
+                formats.shown(f"Resume intake from {alert.origin} ({alert.reason})?"),
+                id="clear-alert-title",
+                markup=False,
             )
-            yield Static("\n".join(evidence_lines(alert)), id="clear-alert-evidence")
+            yield Static(
+                formats.shown("\n".join(evidence_lines(alert))),
+                id="clear-alert-evidence",
+                markup=False,
+            )
             yield Input(placeholder="why (kept in the audit log)", id="clear-alert-reason")
             yield Static(
                 "verifierd resumes only if the collector's log agrees with what it stored.\n"

@@ -10,6 +10,8 @@ from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
+from tui import formats
+
 
 class ConfirmScreen(ModalScreen[bool]):
     BINDINGS: ClassVar[list[BindingType]] = [
@@ -25,8 +27,8 @@ class ConfirmScreen(ModalScreen[bool]):
 
     def compose(self) -> ComposeResult:
         with Vertical(id="confirm"):
-            yield Static(self._title, id="confirm-title")
-            yield Static("\n".join(self._lines), id="confirm-body")
+            yield Static(formats.shown(self._title), id="confirm-title", markup=False)
+            yield Static(formats.shown("\n".join(self._lines)), id="confirm-body", markup=False)
             yield Static("[b]y[/] apply    [b]n[/] cancel", id="confirm-keys")
 
     def action_answer(self, yes: bool) -> None:

@@ -13,8 +13,10 @@ from typing import TYPE_CHECKING, ClassVar, cast
 from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
+from textual.notifications import SeverityLevel
 from textual.screen import Screen
 from textual.widgets import Footer
+from veritap.control_chars import escape_controls
 
 from tui.client import CallRefusedError, ConsoleClient, DaemonUnavailableError
 from tui.widgets.connection_banner import ConnectionBanner
@@ -64,6 +66,23 @@ class ConsoleScreen(Screen[None]):
         """Fetch this screen's data and show it (raises the client's errors)."""
         raise NotImplementedError
 
+    def tell(
+        self,
+        message: str,
+        *,
+        title: str,
+        severity: SeverityLevel = "information",
+        timeout: float | None = None,
+    ) -> None:
+        """A notification that may quote the daemons: shown literally, escaped."""
+        self.notify(
+            escape_controls(message),
+            title=escape_controls(title),
+            severity=severity,
+            timeout=timeout,
+            markup=False,
+        )
+
     def on_mount(self) -> None:
         self.set_interval(self.console.refresh_s, self._tick)
         self.action_reload()
@@ -85,6 +104,6 @@ class ConsoleScreen(Screen[None]):
         except DaemonUnavailableError:
             return  # the banner says so; the last data stays
         except CallRefusedError as exc:
-            self.notify(str(exc), title="verifierd refused", severity="error")
+            self.tell(str(exc), title="verifierd refused", severity="error")
             return
         self.loads += 1

@@ -17,5 +17,5 @@ class FailuresScreen(VerdictListScreen):
     NAV = "failures"
 
     def compose_body(self) -> ComposeResult:
-        yield Static(id="count", classes="note")
+        yield Static(id="count", classes="note", markup=False)
         yield VerdictTable(FAILURES, limit=LISTED)

@@ -105,7 +105,14 @@ class OverviewScreen(ConsoleScreen):
                 rows.append(
                     (
                         name,
-                        (name, Text(f"unreachable ({reading.code})", style="red"), "", "", "", ""),
+                        (
+                            name,
+                            formats.shown(f"unreachable ({reading.code})", "red"),
+                            "",
+                            "",
+                            "",
+                            "",
+                        ),
                     )
                 )
                 continue
@@ -164,28 +171,26 @@ class OverviewScreen(ConsoleScreen):
         try:
             alerts = await self.client.intake_alerts()
         except (CallRefusedError, DaemonUnavailableError) as exc:
-            self.notify(str(exc), title="no alert list", severity="error")
+            self.tell(str(exc), title="no alert list", severity="error")
             return
         alert = next((a for a in alerts if a.origin == origin), None)
         if alert is None:
-            self.notify(f"{origin} has no alert in force", title="nothing to clear")
+            self.tell(f"{origin} has no alert in force", title="nothing to clear")
             self.action_reload()
             return
         reason = await self.app.push_screen_wait(ClearAlertScreen(alert))
         if reason is None:
             return
-        self.notify(f"asking verifierd to resume {origin}…", title="clearing")
+        self.tell(f"asking verifierd to resume {origin}…", title="clearing")
         try:
             cleared = await self.client.clear_intake_alert(origin, reason)
         except CallRefusedError as exc:
-            self.notify(
-                exc.details, title=f"not cleared ({exc.code})", severity="error", timeout=20
-            )
+            self.tell(exc.details, title=f"not cleared ({exc.code})", severity="error", timeout=20)
             return
         except DaemonUnavailableError as exc:
-            self.notify(str(exc), title="not cleared", severity="error")
+            self.tell(str(exc), title="not cleared", severity="error")
             return
-        self.notify(f"{cleared.clear_check}", title=f"{origin}: intake resumes", timeout=10)
+        self.tell(cleared.clear_check, title=f"{origin}: intake resumes", timeout=10)
         self.action_reload()
 
     def _show_summary(self, stats: verifier_pb2.GetStatsResponse) -> None:
@@ -205,8 +210,8 @@ class OverviewScreen(ConsoleScreen):
 
 def _intake_state(link: verifier_pb2.CollectorIntake | None) -> Text:
     if link is None:
-        return Text("not subscribed", style="dim")
+        return formats.shown("not subscribed", "dim")
     style = "red" if link.state.startswith("alert") else ""
     if link.state.startswith("retrying"):
         style = "yellow"
-    return Text(link.state, style=style)
+    return formats.shown(link.state, style)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import time
 
-from rich.text import Text
 from textual.app import ComposeResult
 from textual.widgets import DataTable, Label
 
@@ -57,7 +56,7 @@ class PendingScreen(ConsoleScreen):
                         p.model or names.get(p.commitment_id, "?"),
                         p.record_id,
                         str(p.attempts),
-                        Text(p.last_error, style="yellow") if p.last_error else "",
+                        formats.shown(p.last_error, style="yellow") if p.last_error else "",
                     ),
                 )
                 for p in items

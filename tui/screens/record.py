@@ -36,16 +36,20 @@ class RecordScreen(ConsoleScreen):
 
     def compose_body(self) -> ComposeResult:
         with VerticalScroll(id="record-body"):
-            yield Static(Text(f"Record {self.record_id} from {self.origin}"), id="headline")
+            yield Static(
+                formats.shown(f"Record {self.record_id} from {self.origin}"),
+                id="headline",
+                markup=False,
+            )
             yield Label("Prompt", classes="section")
-            yield Static(id="prompt", classes="prose")
+            yield Static(id="prompt", classes="prose", markup=False)
             yield Label("Response, each token coloured by its DiFR margin", classes="section")
-            yield Static(id="response", classes="prose")
+            yield Static(id="response", classes="prose", markup=False)
             yield Static(heatmap.legend(), id="legend", classes="note")
             yield Label("Margins by token", classes="section")
             yield Sparkline([], id="margins")
             yield Label("Evidence", classes="section")
-            yield Static(id="evidence")
+            yield Static(id="evidence", markup=False)
 
     async def load(self) -> None:
         detail = await self.client.record(self.record_id, self.origin)
@@ -54,14 +58,14 @@ class RecordScreen(ConsoleScreen):
     def _show(self, detail: RecordDetail) -> None:
         verdict = detail.verdict
         headline = Text.assemble(
-            (detail.record.record_id, "bold"),
-            f"  {verdict.origin} #{verdict.seq}  ",
+            formats.shown(detail.record.record_id, "bold"),
+            formats.shown(f"  {verdict.origin} #{verdict.seq}  "),
             status_text(verdict.status),
             "  ",
-            _judgement(verdict),
+            formats.shown(_judgement(verdict)),
         )
         self.query_one("#headline", Static).update(headline)
-        self.query_one("#prompt", Static).update(Text(formats.prompt_text(detail.record)))
+        self.query_one("#prompt", Static).update(formats.shown(formats.prompt_text(detail.record)))
         self.query_one("#response", Static).update(_response(detail))
         self.query_one("#margins", Sparkline).data = list(detail.margins) or [0.0]
         self.query_one("#evidence", Static).update(_evidence(detail))
@@ -89,9 +93,9 @@ def _response(detail: RecordDetail) -> Text:
             (c for c in detail.record.api.choices if c.index == detail.verdict.choice_index),
             None,
         )
-        text = Text(choice.text if choice is not None else "")
+        text = formats.shown(choice.text if choice is not None else "")
     if detail.tokens_note:
-        text.append(f"\n({detail.tokens_note})", style="dim italic")
+        text.append_text(formats.shown(f"\n({detail.tokens_note})", "dim italic"))
     return text
 
 
@@ -128,5 +132,5 @@ def _evidence(detail: RecordDetail) -> Table:
         ("signed by", detail.key_id.hex() if detail.key_id else "— (not decided yet)"),
     ]
     for name, value in rows:
-        table.add_row(name, value)
+        table.add_row(name, formats.shown(value))
     return table

@@ -53,7 +53,7 @@ class SettingsScreen(ConsoleScreen):
             yield Input(id="delta_max", compact=True)
             yield Label("sample")
             yield Input(id="sample_rate", compact=True)
-        yield Static(id="settings-status", classes="note")
+        yield Static(id="settings-status", classes="note", markup=False)
         yield Label("Audit log, newest first", classes="section")
         yield KeyedTable(id="audit")
 
@@ -128,7 +128,7 @@ class SettingsScreen(ConsoleScreen):
         self.query_one("#commitments", KeyedTable).focus()
 
     def _status(self, text: str, style: str = "") -> None:
-        self.query_one("#settings-status", Static).update(Text(text, style=style))
+        self.query_one("#settings-status", Static).update(formats.shown(text, style))
 
     def action_apply(self) -> None:
         commitment = self._commitments.get(self._editing)

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.widgets import Input, Static
 
+from tui import formats
 from tui.screens.verdict_list import LISTED, VerdictListScreen
 from tui.verdict_filter import FilterSyntaxError, VerdictFilterSpec, parse_filter
 from tui.widgets.verdict_table import VerdictTable
@@ -25,14 +27,16 @@ class VerdictsScreen(VerdictListScreen):
 
     def compose_body(self) -> ComposeResult:
         yield Input(placeholder=_PLACEHOLDER, id="filter", compact=True)
-        yield Static(id="count", classes="note")
+        yield Static(id="count", classes="note", markup=False)
         yield VerdictTable(VerdictFilterSpec(), limit=LISTED)
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
         try:
             spec = parse_filter(event.value)
         except FilterSyntaxError as exc:
-            self.query_one("#count", Static).update(f"[b red]filter:[/] {exc}")
+            self.query_one("#count", Static).update(
+                Text.assemble(("filter: ", "bold red"), formats.shown(str(exc)))
+            )
             return
         self.table().spec = spec
         self.table().focus()

@@ -1,4 +1,8 @@
-"""A DataTable whose rows have stable keys, refreshed without losing the cursor."""
+"""A DataTable whose rows have stable keys, refreshed without losing the cursor.
+
+DataTable reads a ``str`` cell as markup; every ``str`` cell here is shown literally
+instead (:func:`tui.formats.shown`), so a table can take the daemons' strings as they are.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +12,8 @@ from typing import ClassVar
 from rich.text import Text
 from textual.binding import Binding, BindingType
 from textual.widgets import DataTable
+
+from tui import formats
 
 Cell = str | Text
 Row = tuple[str, Sequence[Cell]]
@@ -32,7 +38,7 @@ class KeyedTable(DataTable[Cell]):
         keep = self.current_key()
         self.clear()
         for key, cells in rows:
-            self.add_row(*cells, key=key)
+            self.add_row(*(formats.shown(c) if isinstance(c, str) else c for c in cells), key=key)
         if keep is not None and keep in {key for key, _ in rows}:
             self.move_cursor(row=self.get_row_index(keep), animate=False)
 

@@ -95,7 +95,7 @@ def _row(key: str, verdict: verifier_pb2.Verdict) -> Row:
         (
             formats.utc_time(verdict.decided_at_ns),
             status_text(verdict.status),
-            Text(score, style="bold red" if over else ""),
+            formats.shown(score, style="bold red" if over else ""),
             verdict.model,
             verdict.record_id,
         ),
