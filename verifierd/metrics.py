@@ -81,6 +81,13 @@ class VerifierMetrics:
             ["origin", "reason"],
             registry=r,
         )
+        self.intake_stopped = Gauge(
+            _PREFIX + "intake_stopped",
+            "1 while intake from a collector is stopped by an alert (until an operator clears "
+            "it: `verifierd intake clear`), with the alert's reason.",
+            ["origin", "reason"],
+            registry=r,
+        )
         # Work queue.
         self.backlog = Gauge(
             _PREFIX + "backlog_records",

@@ -33,6 +33,7 @@ from verifierd.commitments import CommitmentRegistry
 from verifierd.config import CollectorConfig, Config, IntakeConfig
 from verifierd.intake import Intake
 from verifierd.intake.resume_check import NothingToClearError, ResumeCheck, ResumeRefusedError
+from verifierd.metrics import METRICS
 from verifierd.store import Store
 
 pytestmark = pytest.mark.timeout(120)
@@ -163,6 +164,8 @@ async def test_a_fork_is_cleared_only_once_the_collector_serves_the_stored_histo
     await site.serve(forged)
     await wait_for(lambda: bool(site.store.alerts()), "the fork to be detected")
     assert site.state() == "alert: fork"
+    stopped = {"origin": ORIGIN, "reason": "fork"}
+    assert METRICS.registry.get_sample_value("veritap_verifier_intake_stopped", stopped) == 1
     await site.start_service()
     operator, admin = site.stub(site.pki.operator), site.stub(site.pki.admin)
 
@@ -211,6 +214,7 @@ async def test_a_fork_is_cleared_only_once_the_collector_serves_the_stored_histo
     assert "check: its log agrees up to seq 120; head 160" in out
     await wait_for(lambda: site.stored() == 160, "intake to resume")
     await wait_for(lambda: site.state() == "streaming", "the link to stream")
+    assert METRICS.registry.get_sample_value("veritap_verifier_intake_stopped", stopped) is None
     for seq in (1, 120, 160):
         entry = site.store.entry(ORIGIN, seq)
         assert entry is not None and entry.envelope == honest.entry(seq)

@@ -43,6 +43,7 @@ def test_every_metric_is_served_with_its_type() -> None:
     metrics.intake_entries.labels(origin="edge-1").inc(5)
     metrics.intake_lag.labels(origin="edge-1").set(3)
     metrics.intake_alerts.labels(origin="edge-1", reason="fork").inc()
+    metrics.intake_stopped.labels(origin="edge-1", reason="fork").set(1)
     metrics.backlog.labels(commitment="c1").set(7)
     metrics.backlog_oldest_age.labels(commitment="c1").set(12.5)
     metrics.verdict_decided("c1", verifier_pb2.VERDICT_STATUS_PASS)
@@ -69,6 +70,7 @@ def test_every_metric_is_served_with_its_type() -> None:
         f"counter {p}intake_entries",
         f"gauge {p}intake_lag_entries",
         f"counter {p}intake_alerts",
+        f"gauge {p}intake_stopped",
         f"gauge {p}backlog_records",
         f"gauge {p}backlog_oldest_age_seconds",
         f"counter {p}verdicts",

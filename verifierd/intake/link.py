@@ -35,6 +35,7 @@ from veritap.v1 import ledger_pb2, ledger_pb2_grpc, log_pb2
 
 from verifierd.config import CollectorConfig
 from verifierd.errors import VerifierdError
+from verifierd.intake.alert_reasons import AlertReason
 from verifierd.intake.backoff import Backoff
 from verifierd.intake.chain import IntakeChain, IntakeError, ViolationError
 from verifierd.intake.frontier_file import FrontierFile, recover_chain
@@ -441,7 +442,9 @@ class CollectorLink:
         if chain.last_checkpoint is not None:
             checkpoints.append(chain.last_checkpoint)
         if code == grpc.StatusCode.NOT_FOUND:
-            return ViolationError("origin_mismatch", detail, checkpoints=tuple(checkpoints))
+            return ViolationError(
+                AlertReason.ORIGIN_MISMATCH, detail, checkpoints=tuple(checkpoints)
+            )
         remote_head = 0
         try:
             remote_head = (await stub.GetHead(ledger_pb2.GetHeadRequest(), timeout=5)).head_seq
@@ -455,7 +458,7 @@ class CollectorLink:
             except grpc.aio.AioRpcError as exc:
                 detail += f" (no checkpoint of size {size or 'latest'}: {exc.code().name})"
         if code == grpc.StatusCode.OUT_OF_RANGE:
-            reason = "rollback" if remote_head < chain.size else "gap"
+            reason = AlertReason.ROLLBACK if remote_head < chain.size else AlertReason.GAP
             return ViolationError(reason, detail, checkpoints=tuple(checkpoints))
         entries: tuple[ledger_pb2.StreamedEntry, ...] = ()
         remote_hash = b""
@@ -471,13 +474,18 @@ class CollectorLink:
             except grpc.aio.AioRpcError as exc:
                 detail += f" (no leaf hash from the collector: {exc.code().name})"
         return ViolationError(
-            "fork", detail, entries=entries, checkpoints=tuple(checkpoints), remote_hash=remote_hash
+            AlertReason.FORK,
+            detail,
+            entries=entries,
+            checkpoints=tuple(checkpoints),
+            remote_hash=remote_hash,
         )
 
     def set_alert_state(self, reason: str) -> None:
         """Show an alert (e.g. one recorded before a restart); `run()` must not be started."""
         self.alert_reason = reason
         self.state = f"alert: {reason}"
+        self._metrics.intake_stopped.labels(self.origin, reason).set(1)
 
     async def check_resume(self) -> ResumeCheck:
         """Whether the collector's log now agrees with what was stored, so that intake
@@ -492,6 +500,8 @@ class CollectorLink:
 
     def clear_alert_state(self) -> None:
         """The alert was cleared: `run()` may start again, with a fresh backoff."""
+        if self.alert_reason:
+            self._metrics.intake_stopped.remove(self.origin, self.alert_reason)
         self.alert_reason = ""
         self.state = "connecting"
         self._backoff.reset()
