@@ -1404,19 +1404,23 @@ class EvidencePoint(_message.Message):
     AT_NS_FIELD_NUMBER: _builtins.int
     STATISTIC_FIELD_NUMBER: _builtins.int
     POOLED_TOKENS_FIELD_NUMBER: _builtins.int
+    COMMITMENT_ID_FIELD_NUMBER: _builtins.int
     at_ns: _builtins.int
     statistic: _builtins.float
+    """ln of the e-value of the test that the verdict updated."""
     pooled_tokens: _builtins.int
+    commitment_id: _builtins.str
     def __init__(
         self,
         *,
         at_ns: _builtins.int = ...,
         statistic: _builtins.float = ...,
         pooled_tokens: _builtins.int = ...,
+        commitment_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["at_ns", b"at_ns", "pooled_tokens", b"pooled_tokens", "statistic", b"statistic"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["at_ns", b"at_ns", "commitment_id", b"commitment_id", "pooled_tokens", b"pooled_tokens", "statistic", b"statistic"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1575,8 +1579,11 @@ class Prover(_message.Message):
     first_seen_ns: _builtins.int
     last_seen_ns: _builtins.int
     evidence: _builtins.float
-    """The sequential test: its statistic now, the bound that raises an alarm,
-    the tokens it pooled since it started (or was reset by a clear).
+    """The sequential test: its statistic now (ln of the e-value; of the
+    commitment whose test is highest when the prover serves several), the
+    bound that raises an alarm today, the tokens it pooled since it started
+    (or was reset by a clear). All 0 while no test runs: no honest tails are
+    stored for the prover's commitments.
     """
     evidence_bound: _builtins.float
     pooled_tokens: _builtins.int
