@@ -21,9 +21,11 @@ and the e-value after n pooled tokens is the fixed mixture
 It depends only on n and on how many tokens exceeded each level, so a state is
 a few integers, and the e-value is the same whatever the order of the tokens
 and however they are split into updates. The alarm is raised at the first token
-n with E_n >= 1 / (alpha * d), d the day (below) in which it is scored; tokens
-are checked one by one in the order given, so splitting updates never changes
-when it is raised (within one day), and reordering can only move it.
+n with E_n >= 1 / (alpha * d), d the day (below) of the update that scores it,
+or at the start of an update whose new day lowers the threshold under the
+evidence already pooled. Tokens are checked one by one in the order given, so
+splitting updates never changes when it is raised (within one day), and
+reordering can only move it.
 
 **The bound.** Null hypothesis (an honest prover): for every scored token i and
 level k, P(m_i > c_k | everything before token i) <= q_k. Then each factor
@@ -326,6 +328,11 @@ def day_of(state: SequentialState, at: float) -> int:
     return max(1, math.ceil((at - state.started_at) / SECONDS_PER_DAY))
 
 
+def log_bound(state: SequentialState, at: float) -> float:
+    """The alarm level of `log_e_value` at verifier time ``at``."""
+    return state.test.log_threshold(day_of(state, at))
+
+
 def update(state: SequentialState, margins: npt.ArrayLike, at: float) -> SequentialState:
     """Fold in ``margins`` (raw or clipped, in scoring order) scored at verifier
     time ``at``; the alarm is raised at the first of them whose e-value reaches
@@ -335,14 +342,15 @@ def update(state: SequentialState, margins: npt.ArrayLike, at: float) -> Sequent
     above = m[:, None] > np.asarray(test.levels)[None, :]
     counts = np.asarray(state.exceedances, dtype=np.int64) + np.cumsum(above, axis=0)
     alarm = state.alarm
-    rises = np.flatnonzero(above[:, 0]) if alarm is None else np.zeros(0, dtype=np.int64)
-    if rises.size:
-        # E can rise only at a token above the lowest level; check those.
-        tokens = state.tokens + rises.astype(np.int64) + 1
-        log_e = test.log_e_values(tokens, counts[rises])
+    if alarm is None:
+        # E can rise only at a token above the lowest level, so those are checked,
+        # and the evidence so far, against today's threshold (a new day lowers it).
+        rises = np.flatnonzero(above[:, 0])
+        tokens = np.concatenate([[state.tokens], state.tokens + rises + 1]).astype(np.int64)
+        log_e = test.log_e_values(tokens, np.vstack([state.exceedances, counts[rises]]))
         day = day_of(state, at)
         level = test.log_threshold(day)
-        hits = np.flatnonzero(log_e >= level)
+        hits = np.flatnonzero((log_e >= level) & (tokens > 0))
         if hits.size:
             first = int(hits[0])
             alarm = Alarm(at, day, int(tokens[first]), float(log_e[first]), level)
