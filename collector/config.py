@@ -41,31 +41,48 @@ path = "/var/lib/veritap/log"
 key = "/etc/veritap/collector.key"  # from `collector keygen`
 batch_records = 256                 # group commit: at most this many records ...
 batch_delay_s = 0.05                # ... or this long, per durable transaction
+level = "info"                      # logging: debug, info, warning or error
 
 [metrics]
 listen = "127.0.0.1:9400"           # Prometheus /metrics (host:port, [v6]:port; "": off)
 ```
 
-Relative paths are relative to the config file. The `[ledger]` section belongs to
-`collector.ledger.config`; another section is added with a field in
-`CollectorConfig`, its name in `_SECTIONS` and its reader in `config_from_document`.
+Relative paths are relative to the config file. Each table is a section class below
+(`[ledger]` is `collector.ledger.config`'s), checked by `veritap.config_schema`: a new key is a
+field with its type, default, range and description, and a new table a field of
+`CollectorDocument`; `make config-schema` then regenerates appliance/config/collector.schema.json.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import socket
-import tomllib
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Annotated
 
-from veritap.metrics_http import MetricsAddressError, parse_listen
-from veritap.toml_section import ConfigError, Section
+from pydantic import AfterValidator, Field
+from pydantic.dataclasses import dataclass
+from veritap.config_schema import (
+    SECTION,
+    ConfigPath,
+    Flag,
+    Integer,
+    LogLevel,
+    MetricsListen,
+    Number,
+    Text,
+    dump_document,
+    json_schema,
+    problem,
+    read_toml,
+    validate_document,
+)
 
 from collector.capture.decode import ChecksumPolicy
 from collector.dialects import DIALECTS
 from collector.http.reader import HttpLimits
-from collector.ledger.config import LedgerConfig, ledger_config_from_table
+from collector.ledger.config import LedgerConfig, LedgerSection
 from collector.tcp_reassembly import ReassemblyLimits
 
 DEFAULT_PORT = 8000
@@ -86,55 +103,98 @@ NOT_PURE_ACK_FILTER = (
 DEFAULT_FILTER = f"tcp port {DEFAULT_PORT} and {NOT_PURE_ACK_FILTER} or {FRAGMENTS_FILTER}"
 
 
-class _Section(Section):
-    """`Section` plus the booleans and integer lists the collector needs."""
-
-    def boolean(self, key: str, default: bool) -> bool:
-        value = self._raw(key)
-        if value is None:
-            return default
-        if not isinstance(value, bool):
-            raise self.error(key, f"expected true or false, got {type(value).__name__}")
-        return value
-
-    def ports(self, key: str, default: tuple[int, ...]) -> tuple[int, ...]:
-        value = self._raw(key)
-        if value is None:
-            return default
-        if (
-            not isinstance(value, list)
-            or not value
-            or not all(isinstance(v, int) and not isinstance(v, bool) for v in value)
-            or not all(0 < v < 65536 for v in value)
-        ):
-            raise self.error(key, "expected a non-empty list of TCP ports (1..65535)")
-        return tuple(value)
-
-    def path(self, key: str, default: Path) -> Path:
-        return self.optional_path(key) or default
+Port = Annotated[Integer, Field(ge=1, le=65535)]
+Seconds = Annotated[Number, Field(ge=0.001)]
 
 
-@dataclass(frozen=True)
+def _origin(origin: str) -> str:
+    if not origin or any(ch.isspace() for ch in origin) or "+" in origin:
+        raise problem("must be non-empty, without spaces or '+'")
+    return origin
+
+
+def _dialects(names: tuple[str, ...]) -> tuple[str, ...]:
+    unknown = [name for name in names if name not in DIALECTS]
+    if unknown:
+        raise problem(f"unknown dialect {unknown[0]!r} (known: {', '.join(DIALECTS)})")
+    return names
+
+
+def default_origin() -> str:
+    return f"{socket.gethostname()}/veritap"
+
+
+@dataclass(frozen=True, config=SECTION)
+class CollectorSection:
+    """`[collector]`."""
+
+    origin: Annotated[
+        Text,
+        AfterValidator(_origin),
+        Field(description="the log's origin, in its signed checkpoints (<hostname>/veritap)"),
+    ] = Field(default_factory=default_origin)
+
+
+@dataclass(frozen=True, config=SECTION)
 class CaptureConfig:
-    interface: str = "lo"
-    filter: str = DEFAULT_FILTER
-    server_ports: tuple[int, ...] = (DEFAULT_PORT,)
-    promiscuous: bool = True
-    snaplen: int = 262_144
-    fanout_group: int = 0
-    ring_block_bytes: int = 4 * 1024 * 1024
-    ring_blocks: int = 64
-    stats_interval_s: float = 10.0
-    checksums: ChecksumPolicy = ChecksumPolicy.VERIFY
+    """`[capture]`: where and how packets are read."""
+
+    interface: Annotated[
+        Text, Field(description="AF_PACKET interface ('any': every interface, cooked)")
+    ] = "lo"
+    filter: Annotated[
+        Text,
+        Field(
+            description="BPF filter, compiled with tcpdump ('': none); keep the fragment "
+            "clauses: later fragments carry no TCP ports"
+        ),
+    ] = DEFAULT_FILTER
+    server_ports: Annotated[
+        tuple[Port, ...],
+        Field(min_length=1, description="the API port(s): who is the server midstream"),
+    ] = (DEFAULT_PORT,)
+    promiscuous: Flag = True
+    snaplen: Annotated[Integer, Field(ge=96, le=1 << 20)] = 262_144
+    fanout_group: Annotated[
+        Integer, Field(ge=0, le=0xFFFF, description=">0: join this PACKET_FANOUT group")
+    ] = 0
+    ring_block_bytes: Annotated[
+        Integer, Field(ge=1 << 16, le=1 << 30, description="TPACKET_V3 ring: block size")
+    ] = 4 * 1024 * 1024
+    ring_blocks: Annotated[
+        Integer, Field(ge=2, le=1 << 16, description="TPACKET_V3 ring: block count")
+    ] = 64
+    stats_interval_s: Annotated[
+        Number, Field(ge=0.1, description="how often kernel drop counters are read")
+    ] = 10.0
+    checksums: Annotated[
+        ChecksumPolicy,
+        Field(
+            description="'verify': a bad IPv4/TCP checksum drops the frame; 'ignore' only "
+            "where offload leaves them unfilled (the sending host, tc mirror egress)"
+        ),
+    ] = ChecksumPolicy.VERIFY
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, config=SECTION)
 class ReassemblyConfig:
-    gap_timeout_s: float = 60.0
-    window_bytes: int = 8 * 1024 * 1024
-    max_buffered_bytes: int = 512 * 1024 * 1024
-    idle_timeout_s: float = 300.0
-    max_flows: int = 100_000
+    """`[reassembly]`: TCP stream limits."""
+
+    gap_timeout_s: Annotated[
+        Seconds,
+        Field(
+            description="a hole not filled after this becomes a gap (longer than TCP's "
+            "retransmission backoff)"
+        ),
+    ] = 60.0
+    window_bytes: Annotated[
+        Integer, Field(ge=1024, description="... or when this much is buffered beyond it")
+    ] = 8 * 1024 * 1024
+    max_buffered_bytes: Annotated[Integer, Field(ge=1024, description="all flows together")] = (
+        512 * 1024 * 1024
+    )
+    idle_timeout_s: Seconds = 300.0
+    max_flows: Annotated[Integer, Field(ge=1)] = 100_000
 
     def limits(self, server_ports: tuple[int, ...]) -> ReassemblyLimits:
         return ReassemblyLimits(
@@ -147,12 +207,21 @@ class ReassemblyConfig:
         )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, config=SECTION)
 class HttpConfig:
-    max_head_bytes: int = 64 * 1024
-    max_body_bytes: int = 64 * 1024 * 1024
-    response_skew_s: float = 0.1
-    dialects: tuple[str, ...] = tuple(DIALECTS)
+    """`[http]`: message limits, pairing and the API dialects."""
+
+    max_head_bytes: Annotated[Integer, Field(ge=256)] = 64 * 1024
+    max_body_bytes: Annotated[Integer, Field(ge=1024)] = 64 * 1024 * 1024
+    response_skew_s: Annotated[
+        Number,
+        Field(ge=0.0, description="a response captured this much before its request pairs"),
+    ] = 0.1
+    dialects: Annotated[
+        tuple[Text, ...],
+        AfterValidator(_dialects),
+        Field(description=f"API dialects to extract ({', '.join(DIALECTS)})"),
+    ] = tuple(DIALECTS)
 
     def limits(self) -> HttpLimits:
         return HttpLimits(
@@ -162,161 +231,96 @@ class HttpConfig:
         )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, config=SECTION)
 class LogConfig:
-    path: Path = Path("/var/lib/veritap/log")
-    key: Path = Path("/etc/veritap/collector.key")
-    batch_records: int = 256
-    batch_delay_s: float = 0.05
+    """`[log]`: the signed log, and the daemon's logging."""
+
+    path: ConfigPath = Path("/var/lib/veritap/log")
+    key: Annotated[ConfigPath, Field(description="from `collector keygen`")] = Path(
+        "/etc/veritap/collector.key"
+    )
+    batch_records: Annotated[
+        Integer, Field(ge=1, description="group commit: at most this many records ...")
+    ] = 256
+    batch_delay_s: Annotated[
+        Number, Field(ge=0.0, description="... or this long, per durable transaction")
+    ] = 0.05
+    level: Annotated[
+        LogLevel, Field(description="least severe messages logged (-v on the command line: debug)")
+    ] = LogLevel.INFO
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, config=SECTION)
 class MetricsConfig:
-    #: Where /metrics is served; "" serves none (the counters are still kept).
-    listen: str = "127.0.0.1:9400"
+    """`[metrics]`."""
+
+    listen: Annotated[
+        MetricsListen,
+        Field(description="Prometheus /metrics (host:port, [v6]:port; '': off, still counted)"),
+    ] = "127.0.0.1:9400"
 
 
-def default_origin() -> str:
-    return f"{socket.gethostname()}/veritap"
+@dataclass(frozen=True, config=SECTION)
+class CollectorDocument:
+    """A collector TOML file, table by table."""
 
-
-@dataclass(frozen=True)
-class CollectorConfig:
-    origin: str = field(default_factory=default_origin)
+    collector: CollectorSection = CollectorSection()
     capture: CaptureConfig = CaptureConfig()
     reassembly: ReassemblyConfig = ReassemblyConfig()
     http: HttpConfig = HttpConfig()
     log: LogConfig = LogConfig()
-    ledger: LedgerConfig = field(default_factory=LedgerConfig)
+    ledger: LedgerSection = LedgerSection()
     metrics: MetricsConfig = MetricsConfig()
 
 
-def _collector(section: _Section) -> str:
-    origin = section.string("origin", default_origin())
-    if not origin or any(ch.isspace() for ch in origin) or "+" in origin:
-        raise section.error("origin", "must be non-empty, without spaces or '+'")
-    return origin
+@dataclasses.dataclass(frozen=True)
+class CollectorConfig:
+    """The collector's settings as the daemon uses them (`[collector] origin` on top)."""
 
-
-def _capture(section: _Section) -> CaptureConfig:
-    d = CaptureConfig()
-    return CaptureConfig(
-        interface=section.string("interface", d.interface),
-        filter=section.string("filter", d.filter),
-        server_ports=section.ports("server_ports", d.server_ports),
-        promiscuous=section.boolean("promiscuous", d.promiscuous),
-        snaplen=section.integer("snaplen", d.snaplen, minimum=96, maximum=1 << 20),
-        fanout_group=section.integer("fanout_group", d.fanout_group, maximum=0xFFFF),
-        ring_block_bytes=section.integer(
-            "ring_block_bytes", d.ring_block_bytes, minimum=1 << 16, maximum=1 << 30
-        ),
-        ring_blocks=section.integer("ring_blocks", d.ring_blocks, minimum=2, maximum=1 << 16),
-        stats_interval_s=section.number("stats_interval_s", d.stats_interval_s, minimum=0.1),
-        checksums=_checksums(section, d.checksums),
-    )
-
-
-def _checksums(section: _Section, default: ChecksumPolicy) -> ChecksumPolicy:
-    value = section.string("checksums", default.value)
-    try:
-        return ChecksumPolicy(value)
-    except ValueError:
-        known = ", ".join(repr(policy.value) for policy in ChecksumPolicy)
-        raise section.error("checksums", f"expected one of {known}, got {value!r}") from None
-
-
-def _reassembly(section: _Section) -> ReassemblyConfig:
-    d = ReassemblyConfig()
-    return ReassemblyConfig(
-        gap_timeout_s=section.number("gap_timeout_s", d.gap_timeout_s, minimum=0.001),
-        window_bytes=section.integer("window_bytes", d.window_bytes, minimum=1024),
-        max_buffered_bytes=section.integer(
-            "max_buffered_bytes", d.max_buffered_bytes, minimum=1024
-        ),
-        idle_timeout_s=section.number("idle_timeout_s", d.idle_timeout_s, minimum=0.001),
-        max_flows=section.integer("max_flows", d.max_flows, minimum=1),
-    )
-
-
-def _http(section: _Section) -> HttpConfig:
-    d = HttpConfig()
-    dialects = section.strings("dialects") if section.has("dialects") else d.dialects
-    for name in dialects:
-        if name not in DIALECTS:
-            raise section.error(
-                "dialects", f"unknown dialect {name!r} (known: {', '.join(DIALECTS)})"
-            )
-    return HttpConfig(
-        max_head_bytes=section.integer("max_head_bytes", d.max_head_bytes, minimum=256),
-        max_body_bytes=section.integer("max_body_bytes", d.max_body_bytes, minimum=1024),
-        response_skew_s=section.number("response_skew_s", d.response_skew_s),
-        dialects=dialects,
-    )
-
-
-def _log(section: _Section) -> LogConfig:
-    d = LogConfig()
-    return LogConfig(
-        path=section.path("path", d.path),
-        key=section.path("key", d.key),
-        batch_records=section.integer("batch_records", d.batch_records, minimum=1),
-        batch_delay_s=section.number("batch_delay_s", d.batch_delay_s, minimum=0.0),
-    )
-
-
-def _metrics(section: _Section) -> MetricsConfig:
-    listen = section.string("listen", MetricsConfig().listen)
-    if listen:
-        try:
-            parse_listen(listen)
-        except MetricsAddressError as exc:
-            raise section.error("listen", f"{exc} (empty: no endpoint)") from exc
-    return MetricsConfig(listen=listen)
-
-
-_SECTIONS = ("collector", "capture", "reassembly", "http", "log", "ledger", "metrics")
-
-
-def _table(document: Mapping[str, object], name: str) -> Mapping[str, object]:
-    table = document.get(name, {})
-    if not isinstance(table, dict):
-        raise ConfigError(f"{name}: expected a table")
-    return table
+    origin: str = dataclasses.field(default_factory=default_origin)
+    capture: CaptureConfig = dataclasses.field(default_factory=CaptureConfig)
+    reassembly: ReassemblyConfig = dataclasses.field(default_factory=ReassemblyConfig)
+    http: HttpConfig = dataclasses.field(default_factory=HttpConfig)
+    log: LogConfig = dataclasses.field(default_factory=LogConfig)
+    ledger: LedgerConfig = dataclasses.field(default_factory=LedgerConfig)
+    metrics: MetricsConfig = dataclasses.field(default_factory=MetricsConfig)
 
 
 def config_from_document(document: Mapping[str, object], *, base_dir: Path) -> CollectorConfig:
     """Validate a parsed TOML document (relative paths are relative to `base_dir`)."""
-    unknown = sorted(set(document) - set(_SECTIONS))
-    if unknown:
-        raise ConfigError(f"{unknown[0]}: unknown section (known: {', '.join(_SECTIONS)})")
-    sections = {
-        name: _Section(_table(document, name), name, base_dir=base_dir)
-        for name in _SECTIONS
-        if name != "ledger"
-    }
-    config = CollectorConfig(
-        origin=_collector(sections["collector"]),
-        capture=_capture(sections["capture"]),
-        reassembly=_reassembly(sections["reassembly"]),
-        http=_http(sections["http"]),
-        log=_log(sections["log"]),
-        ledger=ledger_config_from_table(_table(document, "ledger"), base_dir=base_dir),
-        metrics=_metrics(sections["metrics"]),
+    return effective_config(validate_document(CollectorDocument, document, base_dir=base_dir))
+
+
+def effective_config(document: CollectorDocument) -> CollectorConfig:
+    """The daemon's settings from a validated file."""
+    return CollectorConfig(
+        origin=document.collector.origin,
+        capture=document.capture,
+        reassembly=document.reassembly,
+        http=document.http,
+        log=document.log,
+        ledger=document.ledger.to_config(),
+        metrics=document.metrics,
     )
-    for section in sections.values():
-        section.finish()
-    return config
+
+
+def load_document(path: Path | None) -> CollectorDocument:
+    """Read and validate a collector TOML file; None gives the defaults."""
+    if path is None:
+        return CollectorDocument()
+    return validate_document(CollectorDocument, read_toml(path), base_dir=path.parent)
 
 
 def load_config(path: Path | None) -> CollectorConfig:
     """Read and validate a collector TOML file; None gives the defaults."""
-    if path is None:
-        return CollectorConfig()
-    try:
-        with path.open("rb") as handle:
-            document = tomllib.load(handle)
-    except OSError as exc:
-        raise ConfigError(f"cannot read {str(path)!r}: {exc.strerror}") from exc
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{str(path)!r} is not valid TOML: {exc}") from exc
-    return config_from_document(document, base_dir=path.parent)
+    return effective_config(load_document(path))
+
+
+def document_data(document: CollectorDocument) -> dict[str, object]:
+    """The file with every default filled in, as plain data (`collector check-config`)."""
+    return dump_document(CollectorDocument, document)
+
+
+def document_schema() -> dict[str, object]:
+    """The JSON Schema of collector TOML files."""
+    return json_schema(CollectorDocument, title="veritap collector configuration")

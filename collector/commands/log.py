@@ -14,9 +14,9 @@ import argparse
 import sys
 from pathlib import Path
 
+from veritap.config_schema import ConfigError
 from veritap.envelope import EnvelopeError
 from veritap.signing import KeyFormatError, Verifier
-from veritap.toml_section import ConfigError
 
 from collector.config import load_config
 from collector.ledger.config import LedgerConfig

@@ -20,8 +20,8 @@ from pathlib import Path
 
 from rich.console import Console
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
+from veritap.config_schema import ConfigError
 from veritap.signing import KeyFormatError, Signer
-from veritap.toml_section import ConfigError
 
 from collector.capture.errors import CaptureError
 from collector.capture.frame_filter import FrameFilter

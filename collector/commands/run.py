@@ -17,8 +17,8 @@ from dataclasses import replace
 from pathlib import Path
 from types import FrameType
 
+from veritap.config_schema import ConfigError
 from veritap.signing import KeyFormatError, Signer
-from veritap.toml_section import ConfigError
 from veritap.v1 import ledger_pb2
 
 from appliance.sd_notify import Notifier

@@ -25,8 +25,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from veritap.config_schema import ConfigError
 from veritap.tls import TlsConfigError, require_tls_off_loopback, split_host_port
-from veritap.toml_section import ConfigError
 
 from collector.config import load_config
 from collector.ledger.config import LedgerConfig

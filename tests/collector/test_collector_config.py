@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from veritap.toml_section import ConfigError
+from veritap.config_schema import ConfigError, LogLevel
 
 from collector.capture.decode import ChecksumPolicy
 from collector.config import DEFAULT_FILTER, CollectorConfig, load_config
@@ -72,7 +72,7 @@ def test_values_and_relative_paths(tmp_path: Path) -> None:
     ],
 )
 def test_errors_name_the_bad_key(tmp_path: Path, text: str, named: str) -> None:
-    with pytest.raises(ConfigError, match=f"^{named}[: ]"):
+    with pytest.raises(ConfigError, match=rf"^{named}[:\[ ]"):
         load_config(_write(tmp_path, text))
 
 
@@ -81,3 +81,27 @@ def test_unreadable_and_invalid_files(tmp_path: Path) -> None:
         load_config(tmp_path / "absent.toml")
     with pytest.raises(ConfigError, match="not valid TOML"):
         load_config(_write(tmp_path, "[capture\n"))
+
+
+def test_every_bad_key_is_reported_at_once_and_nan_is_refused(tmp_path: Path) -> None:
+    path = _write(
+        tmp_path,
+        "[reassembly]\ngap_timeout_s = nan\nidle_timeout_s = inf\n"
+        "[capture]\nsnaplen = 'big'\ntypo = 1\n[log]\nlevel = 'loud'\n"
+        "[ledger]\ntls_cert = 'c.pem'\n",
+    )
+    with pytest.raises(ConfigError) as caught:
+        load_config(path)
+    assert [problem.partition(":")[0] for problem in caught.value.problems] == [
+        "capture.snaplen",
+        "capture.typo",
+        "reassembly.gap_timeout_s",
+        "reassembly.idle_timeout_s",
+        "log.level",
+        "ledger.tls_key",
+    ]
+
+
+def test_log_level_defaults_to_info(tmp_path: Path) -> None:
+    assert load_config(_write(tmp_path, "")).log.level is LogLevel.INFO
+    assert load_config(_write(tmp_path, "[log]\nlevel = 'debug'\n")).log.level is LogLevel.DEBUG

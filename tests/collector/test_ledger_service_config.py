@@ -6,8 +6,8 @@ import tomllib
 from pathlib import Path
 
 import pytest
+from veritap.config_schema import ConfigError
 from veritap.tls import ServerTls
-from veritap.toml_section import ConfigError
 
 from collector.ledger.config import ACKS_FILE_NAME, LedgerConfig, ledger_config_from_table
 from collector.ledger.errors import LedgerError, RetentionError

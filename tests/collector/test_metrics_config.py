@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from veritap.toml_section import ConfigError
+from veritap.config_schema import ConfigError
 
 from collector.config import MetricsConfig, config_from_document, load_config
 
@@ -33,7 +33,7 @@ def test_default_listen_and_off(tmp_path: Path) -> None:
         ('listen = "::1:9400"', "metrics.listen: metrics address '::1:9400': write IPv6"),
         ('listen = "host:99999"', "metrics.listen: metrics address 'host:99999': bad port"),
         ("listen = 9400", "metrics.listen: expected a string"),
-        ('listn = "127.0.0.1:9400"', "metrics.listn: unknown setting"),
+        ('listn = "127.0.0.1:9400"', "metrics.listn: unknown key"),
     ],
 )
 def test_bad_values_name_the_key(tmp_path: Path, text: str, message: str) -> None:
