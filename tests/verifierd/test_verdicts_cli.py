@@ -214,3 +214,12 @@ def test_an_iso_time_and_its_nanoseconds_parse_to_the_same_instant(
     assert parse_time(when.isoformat()) == ns
     assert parse_time(when.replace(tzinfo=None).isoformat()) == ns
     assert parse_time(str(ns)) == ns
+
+
+def test_a_verdict_line_is_json_whose_prover_text_never_drives_a_terminal() -> None:
+    hostile = "[/x]\x1b]0;owned\x07\x9b2J \u202eexe.txt 漢字"
+    verdict = verifier_pb2.Verdict(model=hostile, detail=hostile)
+    line = verdicts.json_line(verdict)
+    assert json.loads(line)["model"] == hostile and json.loads(line)["detail"] == hostile
+    assert not any(c in line for c in "\x1b\x07\x9b\u202e\n")
+    assert "漢字" in line

@@ -1,9 +1,13 @@
 """`verifierd verdicts list|get|watch`: query a running verifierd's VerifierService.
 
 Each prints JSON lines (one message per line, protobuf's JSON mapping with the .proto
-field names), so scripts can pipe them into `jq`. Connection: --address (default the
-service's default listen address), and for TLS --ca (the CA that issued verifierd's
-certificate) with --cert/--key (this client's certificate for mutual TLS).
+field names), so scripts can pipe them into `jq`. The prover's text in them (model names,
+details) keeps its characters, but those a terminal acts on (controls, bidi overrides)
+are written as JSON \\u escapes, so printing a line never drives the terminal.
+
+Connection: --address (default the service's default listen address), and for TLS --ca
+(the CA that issued verifierd's certificate) with --cert/--key (this client's
+certificate for mutual TLS).
 """
 
 from __future__ import annotations
@@ -11,7 +15,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import datetime
-import json
 import sys
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -19,6 +22,7 @@ from typing import Any
 import grpc
 from google.protobuf import json_format
 from google.protobuf.message import Message
+from veritap.control_chars import json_text
 from veritap.tls import TlsConfigError
 from veritap.v1 import verifier_pb2, verifier_pb2_grpc
 
@@ -101,7 +105,7 @@ def parse_time(text: str) -> int:
 
 def json_line(message: Message) -> str:
     data = json_format.MessageToDict(message, preserving_proto_field_name=True)
-    return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return json_text(data, sort_keys=True)
 
 
 # The async stub class exists for type checkers only.
