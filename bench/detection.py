@@ -16,6 +16,7 @@ float32 commitment:
   int8, int4    the committed model's weights round-tripped through 8-/4-bit
                 quantization
   temp+0.1/0.3  sampled at T = 1.1 / 1.3
+  temp-0.1      sampled at T = 0.9
   wrong-seed    sampled with another seed than the one claimed
   top-p 0.8     sampled with top-p 0.8
   swap-1%       honest output with one token in every 100 replaced
@@ -36,7 +37,7 @@ result is the smallest Wilson lower bound over the dishonest cases (400 of 400
 detected gives 0.9905; 300 of 300 only 0.987).
 
     python bench/detection.py [--responses 400] [--tokens 300]
-                              [--dishonest int8,int4] [--no-bfloat16]
+                              [--dishonest int8,int4] [--no-bfloat16] [--trained]
 """
 
 from __future__ import annotations
@@ -68,6 +69,8 @@ from verifierd.engine.backend import (  # noqa: E402
     ScoreRequest,
 )
 from verifierd.engine.pool import EnginePool  # noqa: E402
+from verifierd.models.trained_model import trained_model  # noqa: E402
+from verifierd.models.training import TrainingRecipe  # noqa: E402
 from verifierd.tiny_model import Perturbation, TinyModelSpec, build_tiny_model  # noqa: E402
 
 PROFILE = "vllm-cpu-splitmix"
@@ -78,6 +81,7 @@ DISHONEST = (
     "int8",
     "int4",
     "temp+0.1",
+    "temp-0.1",
     "temp+0.3",
     "wrong-seed",
     "top-p 0.8",
@@ -353,6 +357,11 @@ def main() -> int:
         default=True,
         help="also run the honest bfloat16 commitment",
     )
+    parser.add_argument(
+        "--trained",
+        action="store_true",
+        help="the trained tiny models (verifierd/models) instead of random ones",
+    )
     args = parser.parse_args()
     n, lengths = args.responses, tuple(k for k in LENGTHS if k <= args.tokens)
     if not lengths or n < 6:
@@ -369,7 +378,12 @@ def main() -> int:
         "int8": TinyModelSpec(seed=0, perturb=Perturbation("int8")),
         "int4": TinyModelSpec(seed=0, perturb=Perturbation("int4")),
     }
-    built = {name: build_tiny_model(args.workdir / name, spec) for name, spec in models.items()}
+    built = {
+        name: trained_model(TrainingRecipe(spec=spec))
+        if args.trained
+        else build_tiny_model(args.workdir / name, spec)
+        for name, spec in models.items()
+    }
     honest_dir = built["honest"].path
     commitments = {
         dtype: commit_model_dir(
@@ -396,6 +410,7 @@ def main() -> int:
         if dtype == "float32":
             sampled_wrong = {
                 "temp+0.1": (replace(CLAIMED, temperature=1.1), 0),
+                "temp-0.1": (replace(CLAIMED, temperature=0.9), 0),
                 "temp+0.3": (replace(CLAIMED, temperature=1.3), 0),
                 "top-p 0.8": (replace(CLAIMED, top_p=0.8), 0),
                 "wrong-seed": (CLAIMED, 1),
