@@ -372,6 +372,7 @@ def main() -> int:
     dishonest = [c for c in DISHONEST if c in chosen]
     dtypes = ("float32", "bfloat16") if args.bfloat16 else ("float32",)
     started = time.monotonic()
+    args.workdir.mkdir(parents=True, exist_ok=True)
     models = {
         "honest": TinyModelSpec(seed=0),
         "other-model": TinyModelSpec(seed=1),
