@@ -4,9 +4,12 @@
 (`bpf.compile_filter(expression, "RAW")`): the kernel runs it on the network-layer
 packet, with VLAN tags already taken out of the frame. `FrameFilter` runs that same
 program on the same bytes of each file frame (its link-layer header and any
-802.1Q/802.1ad tags skipped), with libpcap's own `bpf_filter` interpreter, so a
-file replays exactly the packets a live capture with that filter would have read.
-Frames whose link layer carries no IP packet do not match.
+802.1Q/802.1ad tags skipped), with libpcap's `bpf_filter` semantics, so a file
+replays exactly the packets a live capture with that filter would have read. The
+program runs as Python compiled from it once per network-layer offset
+(`bpf_python`: no foreign call per frame), or, for a program that compiler does
+not take, in libpcap's own interpreter. Frames whose link layer carries no IP
+packet do not match.
 """
 
 from __future__ import annotations
@@ -17,6 +20,11 @@ import struct
 from collections.abc import Sequence
 
 from collector.capture.bpf import Instruction, compile_filter
+from collector.capture.bpf_python import (
+    CompiledFilter,
+    UncompilableProgramError,
+    compile_program,
+)
 from collector.capture.errors import CaptureError
 from collector.capture.linktypes import (
     DLT_EN10MB,
@@ -33,6 +41,7 @@ _ETHERTYPE_AT = {DLT_EN10MB: 12, DLT_LINUX_SLL: 14, DLT_LINUX_SLL2: 0}
 _HEADER_BYTES = {DLT_EN10MB: 14, DLT_LINUX_SLL: 16, DLT_LINUX_SLL2: 20}
 _FAMILY_HEADER_BYTES = 4  # DLT_NULL and DLT_LOOP: a 4-byte address family
 _U16 = struct.Struct("!H")
+_ETHERNET_IP = (b"\x08\x00", b"\x86\xdd")
 
 
 class FilterUnavailableError(CaptureError):
@@ -78,18 +87,43 @@ class FrameFilter:
 
     def __init__(self, expression: str) -> None:
         self.expression = expression
-        self._program = _packed(compile_filter(expression, "RAW"))
-        self._run = _interpreter()
+        self._program = compile_filter(expression, "RAW")
+        self._by_offset: dict[int, CompiledFilter] = {}
+        try:
+            self._by_offset[0] = compile_program(self._program, 0)
+        except UncompilableProgramError:
+            self._interpret = _interpreted(self._program)
+            self._compiled = False
+        else:
+            self._compiled = True
         self.rejected = 0
 
     def matches(self, linktype: int, frame: bytes) -> bool:
         """Whether the kernel filter `run` attaches would accept this frame's packet."""
-        offset = network_offset(linktype, frame)
+        found = 14 if linktype == DLT_EN10MB and frame[12:14] in _ETHERNET_IP else None
+        offset = found if found is not None else network_offset(linktype, frame)
         if offset is None:
             self.rejected += 1
             return False
-        packet = frame[offset:] if offset else frame
-        if self._run(self._program, packet, len(packet), len(packet)):
+        if self._compiled:
+            run = self._by_offset.get(offset)
+            if run is None:
+                run = self._by_offset[offset] = compile_program(self._program, offset)
+            accepted = run(frame)
+        else:
+            accepted = self._interpret(frame[offset:] if offset else frame)
+        if accepted:
             return True
         self.rejected += 1
         return False
+
+
+def _interpreted(program: Sequence[Instruction]) -> CompiledFilter:
+    """`program` run by libpcap's interpreter on a packet."""
+    run = _interpreter()
+    packed = _packed(program)
+
+    def interpret(packet: bytes) -> int:
+        return int(run(packed, packet, len(packet), len(packet)))
+
+    return interpret
