@@ -23,12 +23,14 @@ PROTOC := $(PY) -m grpc_tools.protoc -I protos \
 	--plugin=protoc-gen-mypy_grpc=$(VENV)/bin/protoc-gen-mypy_grpc \
 	--python_out=OUT --grpc_python_out=OUT --mypy_out=OUT --mypy_grpc_out=OUT
 
-.PHONY: help install system-deps test lint typecheck proto proto-check pytest demo bench clean
+.PHONY: help install system-deps test lint typecheck proto proto-check config-schema \
+	config-schema-check pytest demo bench clean
 
 help:
 	@echo "make demo   run the whole pair live on loopback and catch a dishonest prover"
 	@echo "make test   lint, type-check, check generated code, run the tests"
 	@echo "make proto  regenerate protos/veritap/v1/*_pb2*.py{,i}"
+	@echo "make config-schema  regenerate appliance/config/*.schema.json"
 	@echo "make bench  run the benchmarks under bench/"
 
 install: $(STAMP)
@@ -68,10 +70,25 @@ proto-check: $(STAMP)
 	diff -r -x __init__.py -x __pycache__ -x '*.proto' protos/veritap/v1 $$tmp/veritap/v1 \
 	  || { echo "generated code is stale: run 'make proto' and commit"; exit 1; }
 
+# The daemons' config files as JSON Schema, for editors: `DAEMON check-config --schema`.
+CONFIG_SCHEMA_DAEMONS := collector
+
+config-schema: $(STAMP)
+	for d in $(CONFIG_SCHEMA_DAEMONS); do \
+	  $(VENV)/bin/$$d check-config --schema > appliance/config/$$d.schema.json; done
+
+config-schema-check: $(STAMP)
+	tmp=$$(mktemp -d); trap 'rm -rf $$tmp' EXIT; \
+	for d in $(CONFIG_SCHEMA_DAEMONS); do \
+	  $(VENV)/bin/$$d check-config --schema > $$tmp/$$d.schema.json; \
+	  diff appliance/config/$$d.schema.json $$tmp/$$d.schema.json \
+	    || { echo "$$d.schema.json is stale: run 'make config-schema' and commit"; exit 1; }; \
+	done
+
 pytest: $(STAMP)
 	$(PY) -m pytest -q
 
-test: lint typecheck proto-check pytest
+test: lint typecheck proto-check config-schema-check pytest
 
 demo: $(STAMP)
 	$(PY) -m verifierd.demo

@@ -72,8 +72,6 @@ from veritap.config_schema import (
     MetricsListen,
     Number,
     Text,
-    dump_document,
-    json_schema,
     problem,
     read_toml,
     validate_document,
@@ -314,13 +312,3 @@ def load_document(path: Path | None) -> CollectorDocument:
 def load_config(path: Path | None) -> CollectorConfig:
     """Read and validate a collector TOML file; None gives the defaults."""
     return effective_config(load_document(path))
-
-
-def document_data(document: CollectorDocument) -> dict[str, object]:
-    """The file with every default filled in, as plain data (`collector check-config`)."""
-    return dump_document(CollectorDocument, document)
-
-
-def document_schema() -> dict[str, object]:
-    """The JSON Schema of collector TOML files."""
-    return json_schema(CollectorDocument, title="veritap collector configuration")

@@ -22,6 +22,7 @@ from textual.reactive import reactive
 from textual.screen import Screen
 from veritap.control_chars import escape_controls
 from veritap.tls import ClientTls, TlsConfigError
+from veritap.version import package_version
 
 from tui.client import ConsoleClient, Endpoint, Health
 from tui.live_verdicts import LiveVerdicts
@@ -109,6 +110,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="veritap-tui", description="veritap operator console (Textual)"
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {package_version()}")
     parser.add_argument("--verifier", default=DEFAULT_VERIFIER, help="verifierd's host:port")
     parser.add_argument("--verifier-name", default="verifierd", help="how to name it")
     parser.add_argument(

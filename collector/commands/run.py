@@ -21,6 +21,7 @@ from veritap.config_schema import ConfigError
 from veritap.signing import KeyFormatError, Signer
 from veritap.v1 import ledger_pb2
 
+from appliance.command_line import EXIT_CONFIG, apply_log_level
 from appliance.sd_notify import Notifier
 from appliance.watchdog import Watchdog
 from collector.capture.errors import CaptureError
@@ -69,14 +70,15 @@ def run(args: argparse.Namespace) -> int:
         config = _config(args)
     except ConfigError as exc:
         print(f"collector run: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_CONFIG
+    apply_log_level(args, config.log.level.number)
     if not config.log.key.exists():
         print(
             f"collector run: no signing key at {config.log.key}; create one with "
             f"`collector keygen --name {config.origin} --out {config.log.key}`",
             file=sys.stderr,
         )
-        return 2
+        return EXIT_CONFIG
     try:
         signer = Signer.load(config.log.key)
         log = Log.open(config.log.path, origin=config.origin, signer=signer)

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from appliance.command_line import EXIT_CONFIG
+
 REPO = Path(__file__).resolve().parents[2]
 UNITS = REPO / "appliance" / "systemd"
 VENV_BIN = "/opt/veritap/venv/bin"
@@ -116,6 +118,13 @@ def test_units_run_the_wheels_console_scripts() -> None:
         assert daemon in scripts
         text = (UNITS / f"veritap-{daemon}.service").read_text()
         assert f"ExecStart={VENV_BIN}/{daemon} run --config /etc/veritap/{daemon}.toml" in text
+
+
+def test_a_config_error_is_not_restarted() -> None:
+    for daemon in ("collector", "verifierd"):
+        lines = (UNITS / f"veritap-{daemon}.service").read_text().splitlines()
+        assert "Restart=on-failure" in lines
+        assert f"RestartPreventExitStatus={EXIT_CONFIG}" in lines
 
 
 def test_collector_hardening_is_the_issue_list() -> None:
