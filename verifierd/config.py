@@ -141,6 +141,55 @@ class MetricsConfig:
     vca_interval_s: float = 30.0
 
 
+#: UNVERIFIABLE reasons that may raise a hiding alarm: those the prover's traffic causes.
+#: The verifier's own failures (weights missing or mismatched, engine and internal errors)
+#: never accuse a prover.
+HIDING_REASONS = (
+    "no_seed",
+    "capture_gap",
+    "unknown_commitment",
+    "tokens_unavailable",
+    "sampler_not_reproducible",
+    "no_output",
+    "bad_record",
+    "tokenization_search_exhausted",
+    "request_not_rendered",
+)
+
+
+@dataclass(frozen=True)
+class HidingConfig:
+    """When a prover's unverifiable traffic raises a hiding alarm: the share of its
+    verdicts that are UNVERIFIABLE for one reason, over the last ``window_s``, exceeds
+    that reason's rate (``max_share`` unless ``reasons`` names it), once the window holds
+    at least ``min_verdicts`` verdicts."""
+
+    #: One of ``[provers] windows_s``.
+    window_s: int = 3600
+    min_verdicts: int = 20
+    max_share: float = 0.5
+    #: Per-reason rates (reason -> share in [0, 1]; 1 never alarms), among HIDING_REASONS.
+    reasons: tuple[tuple[str, float], ...] = ()
+
+    def rate(self, reason: str) -> float:
+        return dict(self.reasons).get(reason, self.max_share)
+
+
+@dataclass(frozen=True)
+class ProversConfig:
+    """Per-prover statistics and alarms (verifierd.provers)."""
+
+    #: Sliding windows the statistics are kept over (seconds; each is kept in 60 buckets).
+    windows_s: tuple[int, ...] = (3600, 86400)
+    #: The sequential test's false-alarm probability per honest prover per day.
+    false_alarm_per_day: float = 1e-6
+    #: Record ids an alarm keeps of the verdicts that drove it (the latest ones).
+    alarm_record_ids: int = 64
+    #: Points of the test statistic kept per prover for GetProver's history.
+    evidence_history: int = 256
+    hiding: HidingConfig = field(default_factory=HidingConfig)
+
+
 @dataclass(frozen=True)
 class Config:
     #: Where the store, keys and generated files live.
@@ -162,6 +211,7 @@ class Config:
     collectors: tuple[CollectorConfig, ...] = ()
     intake: IntakeConfig = field(default_factory=IntakeConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
+    provers: ProversConfig = field(default_factory=ProversConfig)
 
     @property
     def store_dir(self) -> Path:
@@ -202,6 +252,7 @@ def parse_config(data: Mapping[str, Any], base: Path) -> Config:
         collectors=tuple(_collector(section, base) for section in top.section_list("collectors")),
         intake=_intake(top.section("intake")),
         metrics=_metrics(top.section("metrics")),
+        provers=_provers(top.section("provers")),
     )
     for section in (verifierd, top):
         section.reject_unknown()
@@ -291,6 +342,44 @@ def _metrics(s: _Section) -> MetricsConfig:
         raise ConfigError(
             f"{s.name}.prover: expected one of {', '.join(PROVER_PRESETS)}, got {cfg.prover!r}"
         )
+    s.reject_unknown()
+    return cfg
+
+
+def _provers(s: _Section) -> ProversConfig:
+    d = ProversConfig()
+    windows = s.int_list("windows_s", d.windows_s)
+    if not windows or min(windows) < 60 or len(set(windows)) != len(windows):
+        raise ConfigError(f"{s.name}.windows_s: expected distinct windows of at least 60 s")
+    cfg = ProversConfig(
+        windows_s=tuple(sorted(windows)),
+        false_alarm_per_day=s.number(
+            "false_alarm_per_day", d.false_alarm_per_day, minimum=1e-300, maximum=0.5
+        ),
+        alarm_record_ids=s.integer("alarm_record_ids", d.alarm_record_ids, minimum=1),
+        evidence_history=s.integer("evidence_history", d.evidence_history, minimum=1),
+        hiding=_hiding(s.section("hiding"), windows),
+    )
+    s.reject_unknown()
+    return cfg
+
+
+def _hiding(s: _Section, windows: tuple[int, ...]) -> HidingConfig:
+    d = HidingConfig()
+    window = s.integer("window_s", d.window_s, minimum=60)
+    if window not in windows:
+        raise ConfigError(f"{s.name}.window_s: {window} is not one of provers.windows_s")
+    table = s.section("reasons")
+    reasons = tuple(
+        (reason, table.number(reason, 1.0, minimum=0.0, maximum=1.0)) for reason in HIDING_REASONS
+    )
+    cfg = HidingConfig(
+        window_s=window,
+        min_verdicts=s.integer("min_verdicts", d.min_verdicts, minimum=1),
+        max_share=s.number("max_share", d.max_share, minimum=0.0, maximum=1.0),
+        reasons=tuple(r for r in reasons if r[0] in table.given()),
+    )
+    table.reject_unknown()
     s.reject_unknown()
     return cfg
 
@@ -421,6 +510,10 @@ class _Section:
         if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
             raise ConfigError(f"{self._key(key)}: expected a list of strings, got {value!r}")
         return tuple(value)
+
+    def given(self) -> set[str]:
+        """The keys the table sets."""
+        return set(self._data)
 
     def reject_unknown(self) -> None:
         unknown = sorted(set(self._data) - self._seen)

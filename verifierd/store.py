@@ -83,6 +83,10 @@ _DBS = (
 )
 
 
+#: Named databases the store's environment keeps room for beyond its own (Store.open_db).
+SUBSYSTEM_DBS = 16
+
+
 class StoreError(VerifierdError):
     """The store refused an operation (bad sequence, unknown key, wrong format)."""
 
@@ -172,6 +176,10 @@ class StoredVerdict:
     verdict: verifier_pb2.Verdict
 
 
+#: Called in the writing transaction with each verdict it puts (Store.add_verdict_hook).
+VerdictHook = Callable[[lmdb.Transaction, StoredVerdict], None]
+
+
 @dataclass(frozen=True)
 class Backlog:
     commitment_id: str
@@ -232,6 +240,7 @@ class Store:
         self._write_lock = threading.Lock()
         self._gate = ReadGate()
         self._listeners: list[Callable[[Sequence[StoredVerdict]], None]] = []
+        self._verdict_hooks: list[VerdictHook] = []
         self._audit_number = 0
 
     @classmethod
@@ -241,7 +250,7 @@ class Store:
         env = lmdb.open(
             str(path),
             map_size=map_size,
-            max_dbs=len(_DBS),
+            max_dbs=len(_DBS) + SUBSYSTEM_DBS,
             readonly=readonly,
             sync=True,
             metasync=True,
@@ -533,6 +542,9 @@ class Store:
         txn.put(_U64.pack(item.verdict.decided_at_ns) + key, b"", db=self._dbs["by_time"])
         self._incr(txn, "verdicts", 1)
         self._incr(txn, f"status:{verifier_pb2.VerdictStatus.Name(item.verdict.status)}", 1)
+        stored = StoredVerdict(item.origin, item.seq, item.signed, item.verdict)
+        for hook in self._verdict_hooks:
+            hook(txn, stored)
         return True
 
     # -- the engine queue ---------------------------------------------------------------
@@ -614,6 +626,40 @@ class Store:
         """Call ``listener`` (in the writing thread) with each batch of new verdicts,
         after its transaction committed."""
         self._listeners.append(listener)
+
+    def add_verdict_hook(self, hook: VerdictHook) -> None:
+        """Call ``hook`` inside the transaction that writes each verdict, right after it is
+        put, so a subsystem's own tables change with it or not at all (verifierd.provers).
+        Add hooks before anything writes verdicts."""
+        self._verdict_hooks.append(hook)
+
+    # -- a subsystem's own tables in this environment (verifierd.provers) ---------------
+
+    def open_db(self, name: str) -> Any:
+        """A named database of a subsystem's own (at most SUBSYSTEM_DBS in all)."""
+        if name in _DBS:
+            raise StoreError(f"database {name!r} is the store's own")
+        return self._env.open_db(name.encode())
+
+    def write_transaction(self, body: Callable[[lmdb.Transaction], T]) -> T:
+        """Run ``body`` in one write transaction (rerun when the map had to grow)."""
+        return self._write(body)
+
+    @contextmanager
+    def read_transaction(self) -> Iterator[lmdb.Transaction]:
+        with self._read() as txn:
+            yield txn
+
+    def entry_in(self, txn: lmdb.Transaction, origin: str, seq: int) -> StoredEntry | None:
+        """:meth:`entry` inside the caller's transaction."""
+        raw = txn.get(ekey(origin, seq), db=self._dbs["entries"])
+        return None if raw is None else StoredEntry(origin, seq, bytes(raw[:32]), bytes(raw[32:]))
+
+    def audit_in(
+        self, txn: lmdb.Transaction, actor: str, action: str, detail: Mapping[str, Any]
+    ) -> None:
+        """Write an audit event in the caller's transaction, with the change it audits."""
+        self._audit(txn, actor, action, detail)
 
     def _notify(self, written: Sequence[StoredVerdict]) -> None:
         if written:

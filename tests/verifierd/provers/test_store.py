@@ -1,0 +1,228 @@
+"""The provers' tables: counts per prover over windows, the alarm lifecycle, restarts."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from veritap.signing import Signer
+from veritap.v1 import verifier_pb2
+
+from tests.verifierd.provers.prover_fixtures import (
+    CID,
+    FLOAT32_TAILS,
+    ProverTraffic,
+    dishonest,
+    honest,
+    unverifiable,
+)
+from verifierd.config import HidingConfig, ProversConfig
+from verifierd.provers.alarms import AlarmSignatureError, check_signed_alarm
+from verifierd.provers.identity import ProverKey
+from verifierd.provers.store import NoSuchAlarmError, ProverTables
+from verifierd.store import Store
+
+HONEST = ProverKey("edge", "10.0.0.1", 8000)
+CHEAT = ProverKey("edge", "10.0.0.2", 8000)
+S = 1_000_000_000
+HOUR = 3600 * S
+PASS = verifier_pb2.VERDICT_STATUS_PASS
+FAIL = verifier_pb2.VERDICT_STATUS_FAIL
+UNVERIFIABLE = verifier_pb2.VERDICT_STATUS_UNVERIFIABLE
+DISHONEST = verifier_pb2.ALARM_KIND_DISHONEST
+HIDING = verifier_pb2.ALARM_KIND_HIDING
+CONFIG = ProversConfig(hiding=HidingConfig(min_verdicts=10, reasons=(("no_output", 0.9),)))
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = S
+
+    def __call__(self) -> int:
+        return self.now
+
+
+class Verifier:
+    """A store with its prover tables, reopened as a restarted verifierd would."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.signer = Signer.generate("verifier-test")
+        self.clock = Clock()
+        self.raised: list[verifier_pb2.AlarmState] = []
+        self._open()
+
+    def _open(self) -> None:
+        self.store = Store.open(self.path)
+        self.tables = ProverTables(self.store, CONFIG, self.signer, clock=self.clock)
+        self.tables.add_alarm_listener(self.raised.extend)
+        self.traffic = ProverTraffic(self.store, self.signer)
+
+    def restart(self) -> None:
+        self.store.close()
+        self._open()
+
+    def window(self, prover: ProverKey, window_s: int) -> verifier_pb2.ProverWindow:
+        found = self.tables.prover(prover)
+        assert found is not None
+        return next(w for w in found.prover.windows if w.window_s == window_s)
+
+
+@pytest.fixture
+def verifier(tmp_path: Path) -> Iterator[Verifier]:
+    v = Verifier(tmp_path / "store")
+    yield v
+    v.store.close()
+
+
+def counts(window: verifier_pb2.ProverWindow) -> dict[tuple[int, str], int]:
+    return {(c.status, c.reason): c.count for c in window.counts}
+
+
+def test_verdicts_are_counted_per_prover_by_status_and_reason(verifier: Verifier) -> None:
+    verifier.traffic.send(HONEST, [honest(40), honest(10), unverifiable("no_seed")])
+    verifier.traffic.send(CHEAT, [dishonest(50)])
+    verifier.clock.now = 2 * S
+    window = verifier.window(HONEST, 3600)
+    assert counts(window) == {(PASS, ""): 2, (UNVERIFIABLE, "no_seed"): 1}
+    assert (window.verdicts, window.tokens_scored, window.inexact_tokens) == (3, 50, 0)
+    assert window.unverifiable_share == {"no_seed": pytest.approx(1 / 3)}
+    assert window.unverifiable_ratio == pytest.approx(1 / 3)
+    cheat = verifier.window(CHEAT, 0)
+    assert counts(cheat) == {(FAIL, "score_over_threshold"): 1}
+    assert (cheat.tokens_scored, cheat.inexact_tokens) == (50, 10)
+    assert cheat.margin_sum == pytest.approx(5.0)
+    listed = {ProverKey.of_proto(p.id) for p in verifier.tables.provers()}
+    assert listed == {HONEST, CHEAT}
+    assert verifier.tables.prover(ProverKey("edge", "10.0.0.1", 8001)) is None
+
+
+def test_windows_slide_and_since_first_seen_keeps_everything(verifier: Verifier) -> None:
+    verifier.traffic.send(HONEST, [honest(10, at_ns=S)])
+    verifier.traffic.send(HONEST, [unverifiable("capture_gap", at_ns=2 * HOUR)])
+    verifier.clock.now = 2 * HOUR + S
+    assert counts(verifier.window(HONEST, 3600)) == {(UNVERIFIABLE, "capture_gap"): 1}
+    both = {(PASS, ""): 1, (UNVERIFIABLE, "capture_gap"): 1}
+    assert counts(verifier.window(HONEST, 86400)) == both
+    assert counts(verifier.window(HONEST, 0)) == both
+    verifier.clock.now = 30 * HOUR
+    assert verifier.window(HONEST, 86400).verdicts == 0
+    assert verifier.window(HONEST, 0).verdicts == 2
+    found = verifier.tables.prover(HONEST)
+    assert found is not None
+    assert (found.prover.first_seen_ns, found.prover.last_seen_ns) == (S, 2 * HOUR)
+
+
+def test_a_dishonest_prover_raises_one_signed_sticky_alarm(verifier: Verifier) -> None:
+    verifier.tables.set_honest_tails(CID, FLOAT32_TAILS, actor="calibration")
+    ids = verifier.traffic.send(HONEST, [honest(200) for _ in range(20)])
+    ids = verifier.traffic.send(CHEAT, [dishonest(50) for _ in range(10)])
+    assert verifier.tables.alarms() == verifier.raised
+    [state] = verifier.raised
+    alarm = check_signed_alarm(state.signed, verifier.signer.verifier())
+    assert alarm == state.alarm
+    assert ProverKey.of_proto(alarm.prover) == CHEAT
+    assert alarm.kind == DISHONEST and list(alarm.commitment_ids) == [CID]
+    assert alarm.statistic >= alarm.bound > 0
+    assert set(alarm.record_ids) <= set(ids) and alarm.record_ids
+    # Raised as soon as the evidence crossed: within the first responses.
+    assert alarm.pooled_tokens < 200
+    verifier.traffic.send(CHEAT, [dishonest(50) for _ in range(5)])
+    assert len(verifier.tables.alarms()) == 1
+    [listed] = verifier.tables.provers(alarmed_only=True)
+    assert ProverKey.of_proto(listed.id) == CHEAT
+    assert listed.evidence >= listed.evidence_bound and len(listed.alarms) == 1
+    honest_prover = verifier.tables.prover(HONEST)
+    assert honest_prover is not None
+    assert honest_prover.prover.evidence < 0 < honest_prover.prover.evidence_bound
+    assert len(honest_prover.evidence_history) == 20
+    assert honest_prover.evidence_history[-1].pooled_tokens == 4000
+
+
+def test_alarm_survives_a_restart_and_clearing_is_audited(verifier: Verifier) -> None:
+    verifier.tables.set_honest_tails(CID, FLOAT32_TAILS, actor="calibration")
+    verifier.traffic.send(CHEAT, [dishonest(50) for _ in range(10)])
+    verifier.restart()
+    [state] = verifier.tables.alarms()
+    verifier.traffic.send(CHEAT, [dishonest(50)])
+    assert len(verifier.tables.alarms()) == 1
+    verifier.clock.now = 5 * S
+    cleared = verifier.tables.clear_alarm(
+        state.alarm.alarm_id, actor="CN=ops-admin", why="prover redeployed"
+    )
+    assert (cleared.cleared_at_ns, cleared.cleared_by, cleared.clear_reason) == (
+        5 * S,
+        "CN=ops-admin",
+        "prover redeployed",
+    )
+    assert cleared.signed == state.signed
+    assert verifier.raised[-1] == cleared
+    assert verifier.tables.alarms() == []
+    assert verifier.tables.alarms(include_cleared=True) == [cleared]
+    [event] = [e for e in verifier.store.audit_log() if e.action == "clear_prover_alarm"]
+    assert event.actor == "CN=ops-admin"
+    detail = json.loads(event.detail)
+    assert detail["alarm_id"] == state.alarm.alarm_id and detail["why"] == "prover redeployed"
+    assert detail["prover"] == CHEAT.label
+    with pytest.raises(NoSuchAlarmError):
+        verifier.tables.clear_alarm(state.alarm.alarm_id, actor="CN=ops-admin", why="again")
+    with pytest.raises(NoSuchAlarmError):
+        verifier.tables.clear_alarm("not hex", actor="CN=ops-admin", why="typo")
+    # The test restarted at the clear: the evidence pools afresh, and crosses again.
+    after = verifier.tables.prover(CHEAT)
+    assert after is not None and after.prover.pooled_tokens == 0
+    verifier.traffic.send(CHEAT, [dishonest(50) for _ in range(10)])
+    assert len(verifier.tables.alarms()) == 1
+    assert len(verifier.tables.alarms(include_cleared=True)) == 2
+
+
+def test_a_tampered_alarm_does_not_verify(verifier: Verifier) -> None:
+    verifier.tables.set_honest_tails(CID, FLOAT32_TAILS, actor="calibration")
+    verifier.traffic.send(CHEAT, [dishonest(50) for _ in range(10)])
+    [state] = verifier.tables.alarms()
+    forged = verifier_pb2.SignedProverAlarm()
+    forged.CopyFrom(state.signed)
+    alarm = verifier_pb2.ProverAlarm.FromString(forged.alarm)
+    alarm.prover.server_address = "10.0.0.1"
+    forged.alarm = alarm.SerializeToString()
+    with pytest.raises(AlarmSignatureError):
+        check_signed_alarm(forged, verifier.signer.verifier())
+    with pytest.raises(AlarmSignatureError):
+        check_signed_alarm(state.signed, Signer.generate("other").verifier())
+
+
+def test_no_test_runs_without_honest_tails(verifier: Verifier) -> None:
+    verifier.traffic.send(CHEAT, [dishonest(50) for _ in range(10)])
+    assert verifier.tables.alarms() == []
+    found = verifier.tables.prover(CHEAT)
+    assert found is not None
+    assert (found.prover.evidence, found.prover.evidence_bound) == (0.0, 0.0)
+
+
+def test_hiding_raises_an_alarm_per_reason_once_the_window_is_large_enough(
+    verifier: Verifier,
+) -> None:
+    verifier.traffic.send(CHEAT, [unverifiable("no_seed") for _ in range(9)])
+    assert verifier.tables.alarms() == []  # 9 verdicts: below min_verdicts
+    ids = verifier.traffic.send(CHEAT, [unverifiable("no_seed")])
+    [state] = verifier.tables.alarms()
+    alarm = state.alarm
+    assert (alarm.kind, alarm.reason, alarm.window_s) == (HIDING, "no_seed", 3600)
+    assert (alarm.statistic, alarm.bound) == (1.0, 0.5)
+    assert alarm.record_ids[-1] == ids[-1] and len(alarm.record_ids) == 10
+    check_signed_alarm(state.signed, verifier.signer.verifier())
+    verifier.traffic.send(CHEAT, [unverifiable("no_seed") for _ in range(5)])
+    assert len(verifier.tables.alarms()) == 1
+
+
+def test_hiding_respects_per_reason_rates_and_never_blames_the_verifier(
+    verifier: Verifier,
+) -> None:
+    verifier.traffic.send(HONEST, [honest(10) for _ in range(10)])
+    # The verifier's own failures, a reason rated 0.9, and a share under the default rate.
+    verifier.traffic.send(HONEST, [unverifiable("engine_error") for _ in range(30)])
+    verifier.traffic.send(HONEST, [unverifiable("no_output") for _ in range(30)])
+    verifier.traffic.send(HONEST, [unverifiable("no_seed") for _ in range(5)])
+    assert verifier.tables.alarms() == []
