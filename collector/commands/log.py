@@ -53,6 +53,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     export.add_argument("dir", type=Path)
     export.add_argument("--format", choices=["jsonl"], default="jsonl")
     export.add_argument("--from", dest="from_seq", type=int, default=None, metavar="SEQ")
+    export.add_argument(
+        "--with-bodies",
+        action="store_true",
+        help="add each record's request and response bodies (request_body, response_body)",
+    )
     export.set_defaults(func=run_export)
 
     info = actions.add_parser("info", help="print the log's origin, head, floor and checkpoints")
@@ -103,7 +108,7 @@ def run_export(args: argparse.Namespace) -> int:
     try:
         with Log.open_readonly(args.dir) as log:
             start = args.from_seq if args.from_seq is not None else log.retention_floor
-            for line in jsonl_lines(log.iter_entries(start)):
+            for line in jsonl_lines(log.iter_entries(start), with_bodies=args.with_bodies):
                 sys.stdout.write(line)
     except (LogError, EnvelopeError) as exc:
         print(f"collector log export: {exc}", file=sys.stderr)

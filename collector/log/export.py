@@ -1,8 +1,14 @@
 """JSON Lines export of the log: one object per entry (`collector log export --format jsonl`).
 
 This is a stable interface: keys are only ever added, never renamed or
-removed, and appear in this order. Bytes are hex; timestamps are integer ns
-since the epoch; a value the record does not have is null.
+removed, and appear in this order. Hashes are hex; timestamps are integer ns
+since the epoch; a value the record does not have is null. The JSON Schema of
+an object is collector/log/export.schema.json.
+
+Every string the prover or a client wrote is kept as written, but the characters
+a terminal acts on (C0 and C1 controls, DEL, bidi overrides and marks, lone
+surrogates) are written as JSON ``\\uXXXX`` escapes (veritap.control_chars), so
+the export can be printed or paged safely and still loads to the captured text.
 
 ===========================  =================================================================
 key                          value
@@ -28,7 +34,10 @@ stream                       true when the request asked for a streamed (SSE) re
 sampling                     the request's parameters exactly as sent (object; every field
                              but the prompt / messages)
 prompt_token_ids             list of ints when the response carried them, else null
-choices                      list of {index, text, token_ids (list or null), finish_reason}
+choices                      list of {index, text, token_ids (list or null), finish_reason,
+                             reasoning (text or null), tool_calls (list or null)}: reasoning
+                             and tool calls as the client's SDK read them from the response
+                             body (collector/log/choice_extras.py)
 usage                        {prompt_tokens, completion_tokens, total_tokens} or null
 response_id                  the response's id field
 error                        the error message of a 4xx/5xx response ("" otherwise)
@@ -41,18 +50,36 @@ request_body_sha256          SHA-256 of the de-chunked, decompressed request bod
 response_body_sha256         SHA-256 of the de-chunked, decompressed response body (hex; idem)
 events_after_end             SSE events after the one that ended the stream for the client's
                              SDK ([DONE] or an error chunk): counted, never read into the text
+prompt                       the request's messages (chat) or prompt (completions) as sent,
+                             with any tool calls and tool results in them; null when none
+request_body                 only with --with-bodies: the request body as a body object
+response_body                only with --with-bodies: the response body (for SSE the event
+                             stream) as a body object
 ===========================  =================================================================
+
+A body object is {encoding, data, whole_length, cut, rebuilt}: ``data`` is the body
+as UTF-8 text (``encoding`` "utf-8") or, when it is not UTF-8, base64 (``encoding``
+"base64"); ``whole_length`` is the captured body's length in bytes; ``cut`` is true
+when the record stores only its start (the record is then truncated); ``rebuilt`` is
+true for a request body the record keeps as its API view only, written back as
+canonical JSON that loads to the same object as the captured body
+(veritap.request_body). A body the record cannot give back is null.
 """
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 from collections.abc import Iterable, Iterator, Sequence
 from urllib.parse import urlsplit
 
+from veritap.control_chars import json_text
 from veritap.envelope import decode_envelope, decode_record, entry_hash
+from veritap.request_body import RequestBodyError, request_body
 from veritap.v1 import record_pb2
+
+from collector.log.choice_extras import NO_EXTRAS, choice_extras
 
 _QUALITY_PREFIX = "CAPTURE_QUALITY_"
 
@@ -95,12 +122,56 @@ def _body_sha256(message: record_pb2.HttpRequest | record_pb2.HttpResponse) -> s
     return (message.body_sha256 or hashlib.sha256(message.body).digest()).hex()
 
 
-def record_object(seq: int, envelope: bytes) -> dict[str, object]:
+def _prompt(api: record_pb2.ApiView) -> object:
+    if not api.prompt_json:
+        return None
+    try:
+        prompt: object = json.loads(api.prompt_json)
+    except json.JSONDecodeError:
+        return api.prompt_json
+    return prompt
+
+
+def _body_object(data: bytes, whole_length: int, *, rebuilt: bool) -> dict[str, object]:
+    try:
+        encoding, text = "utf-8", data.decode("utf-8")
+    except UnicodeDecodeError:
+        encoding, text = "base64", base64.b64encode(data).decode("ascii")
+    return {
+        "encoding": encoding,
+        "data": text,
+        "whole_length": whole_length,
+        "cut": not rebuilt and len(data) < whole_length,
+        "rebuilt": rebuilt,
+    }
+
+
+def _request_body(record: record_pb2.InferenceRecord) -> dict[str, object] | None:
+    if not record.HasField("request"):
+        return None
+    request = record.request
+    try:
+        data = request_body(record)
+    except RequestBodyError:
+        return None
+    rebuilt = not request.body and request.body_length > 0
+    return _body_object(data, request.body_length or len(data), rebuilt=rebuilt)
+
+
+def _response_body(record: record_pb2.InferenceRecord) -> dict[str, object] | None:
+    if not record.HasField("response"):
+        return None
+    response = record.response
+    return _body_object(response.body, response.body_length or len(response.body), rebuilt=False)
+
+
+def record_object(seq: int, envelope: bytes, *, with_bodies: bool = False) -> dict[str, object]:
     """The export object of one entry (keys in the documented order)."""
     entry = decode_envelope(envelope)
     record = decode_record(entry)
     request, response, api, flow = record.request, record.response, record.api, record.flow
-    return {
+    extras = choice_extras(record)
+    row: dict[str, object] = {
         "seq": seq,
         "record_id": record.record_id,
         "origin": record.origin,
@@ -133,6 +204,8 @@ def record_object(seq: int, envelope: bytes) -> dict[str, object]:
                 "text": choice.text,
                 "token_ids": _token_ids(choice, "token_ids"),
                 "finish_reason": choice.finish_reason,
+                "reasoning": extras.get(choice.index, NO_EXTRAS).reasoning,
+                "tool_calls": extras.get(choice.index, NO_EXTRAS).tool_calls,
             }
             for choice in api.choices
         ],
@@ -153,11 +226,17 @@ def record_object(seq: int, envelope: bytes) -> dict[str, object]:
         "request_body_sha256": _body_sha256(request),
         "response_body_sha256": _body_sha256(response),
         "events_after_end": api.events_after_end,
+        "prompt": _prompt(api),
     }
+    if with_bodies:
+        row["request_body"] = _request_body(record)
+        row["response_body"] = _response_body(record)
+    return row
 
 
-def jsonl_lines(entries: Iterable[tuple[int, bytes]]) -> Iterator[str]:
+def jsonl_lines(
+    entries: Iterable[tuple[int, bytes]], *, with_bodies: bool = False
+) -> Iterator[str]:
     """One JSON line (with its newline) per (seq, envelope)."""
     for seq, envelope in entries:
-        line = json.dumps(record_object(seq, envelope), ensure_ascii=False, separators=(",", ":"))
-        yield line + "\n"
+        yield json_text(record_object(seq, envelope, with_bodies=with_bodies)) + "\n"

@@ -19,13 +19,17 @@ from collector.cli import main
 from collector.log import export
 from tests.collector.log.log_fixtures import ORIGIN, make_record, open_log
 
+#: The keys only `--with-bodies` adds.
+BODY_KEYS = ["request_body", "response_body"]
 
-def documented_keys() -> list[str]:
+
+def documented_keys(*, with_bodies: bool = False) -> list[str]:
     """The key column of the table in collector/log/export.py's docstring."""
     doc = export.__doc__ or ""
     keys = re.findall(r"^([a-z0-9_]+) {2,}", doc, flags=re.MULTILINE)
     assert keys[0] == "key"  # the table's header
-    return keys[1:]
+    assert keys[-2:] == BODY_KEYS
+    return keys[1:] if with_bodies else keys[1:-2]
 
 
 def full_record() -> record_pb2.InferenceRecord:
@@ -91,9 +95,10 @@ def test_export_has_the_documented_keys_and_values(
     assert first["stream"] is True
     assert first["sampling"] == {"seed": 3, "stream": True, "temperature": 0.5}
     assert first["prompt_token_ids"] == [1, 2, 3]
+    no_extras = {"reasoning": None, "tool_calls": None}
     assert first["choices"] == [
-        {"index": 0, "text": "Hello", "token_ids": [7, 8], "finish_reason": "stop"},
-        {"index": 1, "text": "Hi", "token_ids": None, "finish_reason": "length"},
+        {"index": 0, "text": "Hello", "token_ids": [7, 8], "finish_reason": "stop", **no_extras},
+        {"index": 1, "text": "Hi", "token_ids": None, "finish_reason": "length", **no_extras},
     ]
     assert first["usage"] == {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}
     assert first["flow"]["vlan_ids"] == [100]
@@ -108,6 +113,9 @@ def test_export_has_the_documented_keys_and_values(
     assert second["usage"] is None
     assert second["response_body_sha256"] == hashlib.sha256(b"").hexdigest()
     assert [row["seq"] for row in export_lines(tmp_path / "log", capsys, "--from", "2")] == [2, 3]
+    with_bodies = export_lines(tmp_path / "log", capsys, "--with-bodies")
+    assert [list(row) for row in with_bodies] == [documented_keys(with_bodies=True)] * 3
+    assert with_bodies[1]["response_body"] is None
 
 
 def test_sampling_without_params_json_falls_back_to_the_typed_fields() -> None:
@@ -152,8 +160,8 @@ def test_any_record_bytes_export_or_fail_cleanly(data: bytes) -> None:
         seq=1, prev_hash=bytes(32), captured_at_ns=1, origin=ORIGIN, key_id=b"", record=data
     )
     try:
-        row = export.record_object(1, envelope)
+        row = export.record_object(1, envelope, with_bodies=True)
     except EnvelopeError:
         return
-    assert list(row) == documented_keys()
+    assert list(row) == documented_keys(with_bodies=True)
     json.dumps(row)
