@@ -148,3 +148,25 @@ def test_fuzz_events_are_the_same_however_split_and_cpu_stays_bounded(
 
     with cpu_bound(budget(len(stream))):
         assert run(split=False) == run(split=True)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.one_of(
+            st.binary(max_size=12).map(lambda x: b"data: " + x + b"\n\n"),
+            st.sampled_from([b"id: 4\n", b"event: e\n", b"data: a\n", b"\r", b"x", b"\n"]),
+        ),
+        max_size=12,
+    )
+)
+def test_segments_of_one_event_each_read_as_byte_by_byte(pieces: list[bytes]) -> None:
+    """Whole one-line events (the common segment) give the events, times and ids that the
+    same bytes fed one at a time give, whatever state the pieces before them left."""
+    whole, bytewise = SseParser(max_line_bytes=8), SseParser(max_line_bytes=8)
+    for ts, piece in enumerate(pieces, 1):
+        whole.feed(piece, ts)
+        for at in range(len(piece)):
+            bytewise.feed(piece[at : at + 1], ts)
+    assert whole.events == bytewise.events
+    assert whole.dropped_events == bytewise.dropped_events
