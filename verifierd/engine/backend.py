@@ -212,6 +212,8 @@ class GenerateResult:
     request_id: str
     output_token_ids: tuple[int, ...]
     finish_reason: str
+    #: The output as vLLM's detokenizer gives it to a server's client.
+    text: str
 
 
 def engine_version() -> str:
@@ -234,6 +236,9 @@ class EngineBackend:
         self.version = version
         self._job_ids = itertools.count()
         self._evidence = EvidenceResolver(llm, logits_width, spec.max_model_len)
+        #: Engine calls and output rows scored so far (what a search costs).
+        self.engine_calls = 0
+        self.rows_scored = 0
 
     @classmethod
     def load(cls, spec: EngineSpec) -> EngineBackend:
@@ -419,6 +424,8 @@ class EngineBackend:
             for p in passes
         ]
         sequences = [(*p.prompt, *p.output) for p in passes]
+        self.engine_calls += 1
+        self.rows_scored += sum(len(p.output) - p.score_from for p in passes)
         outcomes = self._run_jobs(sequences, specs, skip_cache=False)
         retry = [i for i, o in enumerate(outcomes) if _PREFIX_CACHE_MISS in o.error]
         if retry:
@@ -486,7 +493,6 @@ class EngineBackend:
                     seed=s.seed,
                     max_tokens=r.max_tokens,
                     ignore_eos=r.ignore_eos,
-                    detokenize=False,
                     repetition_penalty=a.repetition_penalty,
                     frequency_penalty=a.frequency_penalty,
                     presence_penalty=a.presence_penalty,
@@ -504,9 +510,16 @@ class EngineBackend:
                 request_id=r.request_id,
                 output_token_ids=tuple(o.outputs[0].token_ids),
                 finish_reason=str(o.outputs[0].finish_reason),
+                text=o.outputs[0].text,
             )
             for r, o in zip(requests, outputs, strict=True)
         ]
+
+    def reset_prefix_cache(self) -> None:
+        """Forget every cached prefix (benchmarks: each round starts cold, as a new
+        batch of responses does in the daemon)."""
+        if not self._llm.reset_prefix_cache():
+            raise EngineBackendError("the engine refused to reset its prefix cache")
 
     def close(self) -> None:
         """Shut the engine down and release its memory (idempotent)."""

@@ -10,9 +10,9 @@ itself produces *and* that decodes to the received text:
 1. Guess: the tokenizer's segmentation of the text (plus the end-of-sequence
    token when the choice stopped on one, or the stop string when it stopped
    on that).
-2. Score the guess in one prefill (`Scorer`): per output position, the margin
-   of the guessed token and the sampler's own pick; one row more predicts what
-   would follow the last token.
+2. Score a window of the guess in one prefill (`Scorer`): per output position,
+   the margin of the guessed token and the sampler's own pick; one row more
+   predicts the token after the window.
 3. Walk the positions in order. Where the sampler's pick differs from the
    guess and *is consistent with the text* (appending it to the tokens before
    keeps the decoded text a prefix of the received text, or it is an end token
@@ -22,18 +22,28 @@ itself produces *and* that decodes to the received text:
 4. Where the pick is not consistent with the text, the guessed token stays and
    its margin counts (a text-consistent token against the sampler's best), so a
    dishonest text still scores high.
-5. When a pass adopts nothing, the sequence is final; `claims.check_output`
-   then checks it like claimed ids (decoding, finish reason).
+5. When a pass over the last window adopts nothing, the sequence is final;
+   `claims.check_output` then checks it like claimed ids (decoding, finish
+   reason). A window that adopts nothing settles its positions and the next
+   round scores the next window.
+
+Windows: everything a pass scores after a divergence it adopts is wasted (the
+tokens before it changed), so a round scores only a window of the guess: the
+first INITIAL_WINDOW positions, twice the last window after a round without a
+divergence (a response that needs none costs a few rounds and no extra rows),
+and after a restart about the mean distance between the divergences seen so
+far. With divergences at random the rows scored stay near the output's length
+plus one window per restart, instead of one tail per restart.
 
 Honest output reproduces exactly: along the honest prefix the sampler's pick is
 the token the prover drew, which is consistent with the text by construction,
 so every divergence of the guess from the honest sequence is adopted at the
 first position where they differ. The number of restarts is the number of
 such divergences; a response needing more than `max_restarts` is
-UNVERIFIABLE(tokenization_search_exhausted), never a guess. A restart rescores
-only the positions from the divergence on, so the search costs at most
-``restarts + 1`` prefills of the output (usually far less: a divergence late in
-the output re-scores only the tail).
+UNVERIFIABLE(tokenization_search_exhausted), never a guess. A round rescores
+only the window after the last settled position (the prefix cache serves the
+rest), so the search costs at most ``restarts + 1`` prefills of the output, and
+usually little more than one.
 """
 
 from __future__ import annotations
@@ -49,6 +59,9 @@ import numpy.typing as npt
 #: Restarts allowed for a response of n output tokens: BASE + n // PER_TOKENS.
 BASE_RESTARTS = 16
 PER_TOKENS = 4
+#: Output positions a response's first round scores, and the smallest window.
+INITIAL_WINDOW = 64
+MIN_WINDOW = 16
 
 
 def max_restarts(n_tokens: int) -> int:
@@ -125,6 +138,10 @@ class SearchState:
     output: list[int]
     margins: list[float] = field(default_factory=list)
     restarts: int = 0
+    #: Output positions the next round scores after the settled ones, and the
+    #: smallest window a restart sets.
+    window: int = INITIAL_WINDOW
+    min_window: int = MIN_WINDOW
     exhausted: bool = False
     done: bool = False
 
@@ -141,9 +158,18 @@ class SearchState:
 
 
 def initial_state(
-    text: str, ending: Ending, stop_string: str, max_tokens: int | None, model: TextModel
+    text: str,
+    ending: Ending,
+    stop_string: str,
+    max_tokens: int | None,
+    model: TextModel,
+    *,
+    window: int = INITIAL_WINDOW,
+    min_window: int = MIN_WINDOW,
 ) -> SearchState:
-    state = SearchState(text, ending, stop_string, max_tokens, model, [])
+    state = SearchState(
+        text, ending, stop_string, max_tokens, model, [], window=window, min_window=min_window
+    )
     state.output = _complete(state, [])
     return state
 
@@ -154,7 +180,9 @@ def run_search(states: Sequence[SearchState], scorer: Scorer) -> None:
         live = [s for s in states if not s.done]
         if not live:
             return
-        results = scorer([ScorePass(tuple(s.output), s.settled) for s in live])
+        results = scorer(
+            [ScorePass(tuple(s.output[: s.settled + s.window]), s.settled) for s in live]
+        )
         for state, result in zip(live, results, strict=True):
             if result is None:
                 state.exhausted = state.done = True
@@ -163,14 +191,20 @@ def run_search(states: Sequence[SearchState], scorer: Scorer) -> None:
 
 
 def step(state: SearchState, result: PassResult) -> None:
-    """Take one scored pass: adopt the first consistent divergence or finish."""
+    """Take one scored pass over a window: adopt the first consistent divergence,
+    or settle the window (and finish when it was the last)."""
     start = state.settled
     output = state.output
     n = len(output)
-    for i in range(start, n + 1 if _wants_more(state) else n):
+    end = start + len(result.margins)
+    # The row after the window: the sampler's pick there (no margin: the next
+    # window scores it), or after the last token whether anything follows.
+    last = end + 1 if end < n or _wants_more(state) else end
+    for i in range(start, last):
         pick = int(result.best[i - start])
         if i < n and pick == output[i]:
-            state.margins.append(float(result.margins[i - start]))
+            if i < end:
+                state.margins.append(float(result.margins[i - start]))
             continue
         if pick >= 0 and _consistent(state, output[:i], pick):
             if state.restarts >= max_restarts(n):
@@ -179,10 +213,14 @@ def step(state: SearchState, result: PassResult) -> None:
             state.restarts += 1
             adopted = [*output[:i], pick]
             state.output = adopted + _complete(state, adopted)
+            state.window = max(state.min_window, len(adopted) // state.restarts)
             return
-        if i < n:
+        if i < end:
             state.margins.append(float(result.margins[i - start]))
-    state.done = True
+    if end < n:
+        state.window *= 2
+    else:
+        state.done = True
 
 
 def _consistent(state: SearchState, before: list[int], token: int) -> bool:

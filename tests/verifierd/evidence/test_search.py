@@ -108,16 +108,31 @@ def _scorer(sampler: Sampler) -> search.Scorer:
 @settings(
     max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
-@given(seed=st.integers(0, 2**32), n=st.integers(1, 48), end=st.booleans())
+@given(
+    seed=st.integers(0, 2**32),
+    n=st.integers(1, 48),
+    end=st.booleans(),
+    window=st.sampled_from([(1, 1), (2, 3), (search.INITIAL_WINDOW, search.MIN_WINDOW)]),
+)
 def test_an_honest_sequence_is_recovered_from_its_text(
-    vocab: Vocabulary, seed: int, n: int, end: bool
+    vocab: Vocabulary, seed: int, n: int, end: bool, window: tuple[int, int]
 ) -> None:
+    """Whatever the windows the rounds score (one position at a time included)."""
     honest = _honest(vocab, seed, n, end)
     ends = frozenset({vocab.eos})
     decoded = decode_output(vocab.tokenizer, _params(), PROMPT, honest, ends)
     model = RequestText(vocab.text, ends, vocab.eos)
     ending = search.Ending.END_TOKEN if end else search.Ending.LENGTH
-    state = search.initial_state(decoded.text, ending, "", None if end else len(honest), model)
+    first, least = window
+    state = search.initial_state(
+        decoded.text,
+        ending,
+        "",
+        None if end else len(honest),
+        model,
+        window=first,
+        min_window=least,
+    )
     search.run_search(
         [state], _scorer(lambda prefix: _pick(vocab, seed, prefix, n if end else None))
     )
