@@ -362,6 +362,11 @@ def main() -> int:
         action="store_true",
         help="the trained tiny models (verifierd/models) instead of random ones",
     )
+    parser.add_argument(
+        "--prover-alarms",
+        action="store_true",
+        help="then simulate provers over the margins (bench/prover_alarms.py, #16)",
+    )
     args = parser.parse_args()
     n, lengths = args.responses, tuple(k for k in LENGTHS if k <= args.tokens)
     if not lengths or n < 6:
@@ -454,6 +459,10 @@ def main() -> int:
         cases=np.array([r.case for r in responses]),
         margins=np.stack(margins),
     )
+    if args.prover_alarms:
+        import prover_alarms  # bench/, beside this script
+
+        prover_alarms.report([args.workdir], provers=200, honest_tokens=10**6, null_provers=2000)
 
     rows = [
         row

@@ -34,6 +34,8 @@ commitment. The result is the worst case's median tokens to alarm.
 
     python bench/prover_alarms.py --workdir .bench/alarms/random [--workdir ...]
                                   [--provers 200] [--honest-tokens 1000000] [--quick]
+
+or, after a detection run, ``python bench/detection.py --prover-alarms ...``.
 """
 
 from __future__ import annotations
@@ -320,10 +322,17 @@ def main() -> int:
     args = parser.parse_args()
     if args.quick:
         args.provers, args.honest_tokens, args.null_provers = 20, 100_000, 200
+    report(args.workdir, args.provers, args.honest_tokens, args.null_provers)
+    return 0
+
+
+def report(workdirs: Sequence[Path], provers: int, honest_tokens: int, null_provers: int) -> None:
+    """Simulate the provers over the margins of ``workdirs`` and print the tables and
+    the result line."""
     rng = np.random.default_rng(16)
     commitments: list[Commitment] = []
     dishonest: dict[tuple[str, str], list[Margins]] = {}
-    for workdir in args.workdir:
+    for workdir in workdirs:
         mine, cases = load(workdir, rng)
         commitments += mine
         dishonest.update({(workdir.name, case): rows for case, rows in cases.items()})
@@ -342,15 +351,15 @@ def main() -> int:
             f"# {c.model} {c.dtype}: calibrated on {c.tails.tokens:,} honest tokens, "
             f"delta_max {c.test.delta_max:.3g}; {levels}"
         )
-    alarm_tokens = dishonest_table(dishonest, float32, args.provers, rng)
-    false_alarms, pooled = honest_table(commitments, args.honest_tokens, rng)
-    null_table(commitments, args.null_provers, rng)
+    alarm_tokens = dishonest_table(dishonest, float32, provers, rng)
+    false_alarms, pooled = honest_table(commitments, honest_tokens, rng)
+    null_table(commitments, null_provers, rng)
 
     worst = max(alarm_tokens, key=lambda k: alarm_tokens[k][0])
     worst_p99 = max(p99 for _, p99 in alarm_tokens.values())
     median = alarm_tokens[worst][0]
     worst_commitment = next(c for c in commitments if (c.model, c.dtype) == (worst[0], "float32"))
-    calibration_size_table(worst, dishonest[worst], worst_commitment, args.provers, rng)
+    calibration_size_table(worst, dishonest[worst], worst_commitment, provers, rng)
     ok = (
         median <= TARGET_MEDIAN
         and worst_p99 <= TARGET_P99
@@ -366,7 +375,6 @@ def main() -> int:
         f"result: worst_median_tokens_to_alarm={median:.0f} target={TARGET_MEDIAN} "
         f"{'ok' if ok else 'short'}"
     )
-    return 0
 
 
 if __name__ == "__main__":
