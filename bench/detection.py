@@ -43,10 +43,12 @@ detected gives 0.9905; 300 of 300 only 0.987).
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import multiprocessing
 import sys
 import time
+from collections import Counter
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, replace
@@ -67,8 +69,10 @@ from verifierd.engine.backend import (  # noqa: E402
     EngineSpec,
     GenerateRequest,
     ScoreRequest,
+    ScoreResult,
 )
 from verifierd.engine.pool import EnginePool  # noqa: E402
+from verifierd.evidence.client_view import COMPLETIONS, ChoiceEvidence  # noqa: E402
 from verifierd.models.trained_model import trained_model  # noqa: E402
 from verifierd.models.training import TrainingRecipe  # noqa: E402
 from verifierd.tiny_model import Perturbation, TinyModelSpec, build_tiny_model  # noqa: E402
@@ -120,14 +124,34 @@ class Response:
     output: tuple[int, ...]
     #: What the prover claims it used (scored with this).
     claimed: SamplingSettings
+    #: What a client received: the output as the prover's detokenizer gave it
+    #: (None for outputs edited after generation: swap-1%).
+    text: str | None
+
+    def evidence(self, max_tokens: int) -> ChoiceEvidence:
+        """What a tap sees of the request and the answer, without token ids."""
+        assert self.text is not None
+        body = {
+            "model": "tiny",
+            "prompt": list(self.prompt),
+            "max_tokens": max_tokens,
+            "temperature": self.claimed.temperature,
+            "top_p": self.claimed.top_p,
+            "seed": self.claimed.seed,
+            "ignore_eos": True,
+        }
+        return ChoiceEvidence(COMPLETIONS, json.dumps(body), 0, self.text, "length", "")
+
+
+Generated = tuple[tuple[int, ...], str]
 
 
 def generate(
     model_dir: Path, dtype: str, max_len: int, calls: Sequence[Sequence[GenerateRequest]]
-) -> list[list[tuple[int, ...]]]:
+) -> list[list[Generated]]:
     """Run in a fresh child process: load the prover engine, run each call's requests
     in one generate call (so batch composition is what the prover's scheduler saw),
-    return the outputs."""
+    return the outputs (ids and text)."""
     backend = EngineBackend.load(
         EngineSpec(
             model_dir=model_dir,
@@ -139,14 +163,14 @@ def generate(
         )
     )
     try:
-        return [[r.output_token_ids for r in backend.generate(call)] for call in calls]
+        return [[(r.output_token_ids, r.text) for r in backend.generate(call)] for call in calls]
     finally:
         backend.close()
 
 
 def in_child(
     model_dir: Path, dtype: str, max_len: int, calls: Sequence[Sequence[GenerateRequest]]
-) -> list[list[tuple[int, ...]]]:
+) -> list[list[Generated]]:
     """`generate` in a fresh process (one engine per process, freed when it ends)."""
     ctx = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(max_workers=1, mp_context=ctx) as pool:
@@ -161,29 +185,46 @@ def prompts(count: int, rng: np.random.Generator, vocab: int) -> list[tuple[int,
 
 
 def score(
-    commitment: Commitment, model_dir: Path, responses: Sequence[Response]
-) -> list[npt.NDArray[np.float64]]:
-    """Unclipped margins of each response, from the daemon's engine pool."""
+    commitment: Commitment, model_dir: Path, requests: Sequence[ScoreRequest]
+) -> tuple[list[ScoreResult], float]:
+    """Score each request (unclipped margins) with the daemon's engine pool; the
+    results and the wall seconds spent scoring (the engine's load excluded)."""
     pool = EnginePool(EnginesConfig(cpu_memory_budget_gib=16))
-    margins: list[npt.NDArray[np.float64]] = []
+    results: list[ScoreResult] = []
     try:
         pool.acquire(commitment, model_dir)
-        for i in range(0, len(responses), SCORE_BATCH):
-            chunk = responses[i : i + SCORE_BATCH]
+        t0 = time.monotonic()
+        for i in range(0, len(requests), SCORE_BATCH):
             scored = pool.score(
-                commitment.commitment_id,
-                [
-                    ScoreRequest(f"r{i + j}", r.prompt, r.output, r.claimed)
-                    for j, r in enumerate(chunk)
-                ],
-                PROFILE,
-                UNCLIPPED,
+                commitment.commitment_id, requests[i : i + SCORE_BATCH], PROFILE, UNCLIPPED
             )
             assert not scored.rejected, scored.rejected
-            margins += [r.difr.margins for r in scored.results]
+            results += scored.results
+        return results, time.monotonic() - t0
     finally:
         pool.close()
-    return margins
+
+
+def with_ids(responses: Sequence[Response]) -> list[ScoreRequest]:
+    return [ScoreRequest(f"r{i}", r.prompt, r.output, r.claimed) for i, r in enumerate(responses)]
+
+
+def from_text(responses: Sequence[Response], tokens: int) -> list[ScoreRequest]:
+    """The client's view alone: the engine renders the prompt and searches the ids."""
+    return [
+        ScoreRequest(f"t{i}", (), (), r.claimed, evidence=r.evidence(tokens))
+        for i, r in enumerate(responses)
+    ]
+
+
+def text_margins(result: ScoreResult, tokens: int) -> npt.NDArray[np.float64]:
+    """The margins of a response scored from its text, as long as the output; a
+    finding (the text contradicts the claims, or the search gave up) fails every
+    position, since such a response never passes."""
+    if result.finding is not None:
+        return np.full(tokens, np.inf)
+    m = result.difr.margins[:tokens]
+    return np.concatenate([m, np.full(tokens - len(m), np.inf)])
 
 
 def clipped_score(m: npt.NDArray[np.float64], k: int, delta_max: float) -> float:
@@ -240,7 +281,7 @@ class Prover:
         t0 = time.monotonic()
         outputs = in_child(model_dir, dtype, self.tokens + 64, calls)
         for call, outs in zip(calls, outputs, strict=True):
-            for req, out in zip(call, outs, strict=True):
+            for req, (out, text) in zip(call, outs, strict=True):
                 case, index = req.request_id.split("#")
                 self.responses.append(
                     Response(
@@ -249,6 +290,7 @@ class Prover:
                         req.prompt_token_ids,
                         out,
                         self.claimed[req.request_id],
+                        text,
                     )
                 )
         elapsed = time.monotonic() - t0
@@ -267,7 +309,9 @@ class Prover:
             for block in range(0, len(out), 100):
                 pos = block + int(self.rng.integers(0, min(100, len(out) - block)))
                 out[pos] = (out[pos] + int(self.rng.integers(1, self.vocab - 1))) % self.vocab
-            self.responses.append(Response("swap-1%", r.index, r.prompt, tuple(out), r.claimed))
+            self.responses.append(
+                Response("swap-1%", r.index, r.prompt, tuple(out), r.claimed, None)
+            )
 
 
 @dataclass(frozen=True)
@@ -339,6 +383,67 @@ def rate_cell(fails: int, n: int) -> str:
     return f"{fails / n:.3f} [{lo:.3f}, {hi:.3f}]"
 
 
+def print_rows(rows: Sequence[Row], lengths: tuple[int, ...]) -> None:
+    cuts = " | ".join(f"@{k} [95% CI]" for k in lengths)
+    at = 300 if 300 in lengths else lengths[-1]
+    print(
+        f"\n| commitment | prover | n | fail rate {cuts} | any token changed @{at} "
+        f"| median score@{at} / threshold | exact tokens |"
+    )
+    print("|---|---|---:|" + "---:|" * len(lengths) + "---:|---:|---:|")
+    for r in rows:
+        rates = " | ".join(rate_cell(f, r.count) for f in r.fails)
+        print(
+            f"| {r.commitment} | {r.case} | {r.count} | {rates} | {r.changed_300:.3f} "
+            f"| {r.median_vs_threshold:.3g} | {r.exact:.1%} |"
+        )
+
+
+def honest_failures(rows: Sequence[Row]) -> tuple[int, int]:
+    """Honest test responses failing at any length, and how many were tested."""
+    honest = [r for r in rows if r.honest]
+    return sum(max(r.fails) for r in honest), sum(r.count for r in honest)
+
+
+def report_from_text(
+    responses: Sequence[Response],
+    margins: Sequence[npt.NDArray[np.float64]],
+    texts: dict[int, ScoreResult],
+    dtypes: Sequence[str],
+) -> int:
+    """Print how the honest responses (calibration and test sets) fared from their
+    text; return how many were not reproduced: a finding, or another sequence found
+    than the one generated (bfloat16 margins may differ from those with ids by
+    batch noise: the calibrated threshold judges that, in the table)."""
+    failures = 0
+    for dtype in dtypes:
+        honest = [i for i, r in enumerate(responses) if r.case == f"honest-{dtype}"]
+        found = [texts[i] for i in honest]
+        same_ids = sum(
+            f.finding is None and f.found_ids == responses[i].output
+            for i, f in zip(honest, found, strict=True)
+        )
+        same_margins = sum(
+            f.finding is None and np.array_equal(f.difr.margins, margins[i])
+            for i, f in zip(honest, found, strict=True)
+        )
+        findings = Counter(str(f.finding.reason) for f in found if f.finding is not None)
+        restarts = sorted(f.restarts for f in found)
+        failures += len(honest) - same_ids
+        print(
+            f"# honest-{dtype} from text: {len(honest)} responses, generated ids found for "
+            f"{same_ids}, margins equal to those with ids for {same_margins}, findings "
+            f"{dict(findings) or 'none'}; restarts median {restarts[len(restarts) // 2]}, "
+            f"max {restarts[-1]}"
+        )
+    dishonest = sorted({responses[i].case for i in texts} - {f"honest-{d}" for d in dtypes})
+    for case in dishonest:
+        found = [f for i, f in texts.items() if responses[i].case == case]
+        findings = Counter(str(f.finding.reason) for f in found if f.finding is not None)
+        print(f"# {case} from text: {len(found)} responses, findings {dict(findings) or 'none'}")
+    return failures
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
@@ -361,6 +466,11 @@ def main() -> int:
         "--trained",
         action="store_true",
         help="the trained tiny models (verifierd/models) instead of random ones",
+    )
+    parser.add_argument(
+        "--without-ids",
+        action="store_true",
+        help="also score every response from its text alone, as a real client's traffic",
     )
     parser.add_argument(
         "--prover-alarms",
@@ -441,7 +551,7 @@ def main() -> int:
         prover.swap_tokens(test_set)
     responses = prover.responses
 
-    t0 = time.monotonic()
+    verify_s = 0.0
     margins: list[npt.NDArray[np.float64]] = [np.zeros(0)] * len(responses)
     for dtype, commitment in commitments.items():
         mine = [
@@ -449,11 +559,23 @@ def main() -> int:
             for i, r in enumerate(responses)
             if (r.case == "honest-bfloat16") == (dtype == "bfloat16")
         ]
-        for i, m in zip(
-            mine, score(commitment, honest_dir, [responses[i] for i in mine]), strict=True
-        ):
-            margins[i] = m
-    verify_s = time.monotonic() - t0
+        scored, seconds = score(commitment, honest_dir, with_ids([responses[i] for i in mine]))
+        verify_s += seconds
+        for i, result in zip(mine, scored, strict=True):
+            margins[i] = result.difr.margins
+    texts: dict[int, ScoreResult] = {}
+    text_s = 0.0
+    if args.without_ids:
+        for dtype, commitment in commitments.items():
+            mine = [
+                i
+                for i, r in enumerate(responses)
+                if r.text is not None and (r.case == "honest-bfloat16") == (dtype == "bfloat16")
+            ]
+            text_requests = from_text([responses[i] for i in mine], args.tokens)
+            scored, seconds = score(commitment, honest_dir, text_requests)
+            text_s += seconds
+            texts.update(zip(mine, scored, strict=True))
     np.savez_compressed(
         args.workdir / "margins.npz",
         cases=np.array([r.case for r in responses]),
@@ -464,56 +586,65 @@ def main() -> int:
 
         prover_alarms.report([args.workdir], provers=200, honest_tokens=10**6, null_provers=2000)
 
-    rows = [
-        row
-        for dtype, cases in (
-            ("float32", ["honest-float32", *dishonest]),
-            ("bfloat16", ["honest-bfloat16"]),
-        )
-        if dtype in dtypes
-        for row in evaluate(
-            dtype, cases=cases, responses=responses, margins=margins, n=n, lengths=lengths
-        )
-    ]
+    def table(marks: Sequence[npt.NDArray[np.float64]], cases: Sequence[str]) -> list[Row]:
+        return [
+            row
+            for dtype, of_dtype in (
+                ("float32", ["honest-float32", *cases]),
+                ("bfloat16", ["honest-bfloat16"]),
+            )
+            if dtype in dtypes
+            for row in evaluate(
+                dtype, cases=of_dtype, responses=responses, margins=marks, n=n, lengths=lengths
+            )
+        ]
 
-    cuts = " | ".join(f"@{k} [95% CI]" for k in lengths)
-    at = 300 if 300 in lengths else lengths[-1]
-    print(
-        f"\n| commitment | prover | n | fail rate {cuts} | any token changed @{at} "
-        f"| median score@{at} / threshold | exact tokens |"
-    )
-    print("|---|---|---:|" + "---:|" * len(lengths) + "---:|---:|---:|")
-    for r in rows:
-        rates = " | ".join(rate_cell(f, r.count) for f in r.fails)
-        print(
-            f"| {r.commitment} | {r.case} | {r.count} | {rates} | {r.changed_300:.3f} "
-            f"| {r.median_vs_threshold:.3g} | {r.exact:.1%} |"
-        )
-    mid = lengths.index(300) if 300 in lengths else len(lengths) - 1
-    honest_rows = [r for r in rows if r.honest]
-    false_positives = sum(max(r.fails) for r in honest_rows)
-    tested = sum(r.count for r in honest_rows)
-    fpr_hi = wilson(false_positives, tested)[1]
-    worst = min((r for r in rows if not r.honest), key=lambda r: wilson(r.fails[mid], r.count)[0])
-    lower = wilson(worst.fails[mid], worst.count)[0]
+    rows = table(margins, dishonest)
+    print_rows(rows, lengths)
+    false_positives, tested = honest_failures(rows)
     print(
         f"\nhonest responses failing at any length: {false_positives} of {tested} "
-        f"(false-positive rate 95% upper bound {fpr_hi:.4f})"
+        f"(false-positive rate 95% upper bound {wilson(false_positives, tested)[1]:.4f})"
     )
-    print(
-        f"weakest detection @{lengths[mid]}: {worst.case}, {worst.fails[mid]} of {worst.count} "
-        f"(95% lower bound {lower:.4f})"
-    )
+    mid = lengths.index(300) if 300 in lengths else len(lengths) - 1
+    lower = math.nan
+    if dishonest:
+        worst = min(
+            (r for r in rows if not r.honest), key=lambda r: wilson(r.fails[mid], r.count)[0]
+        )
+        lower = wilson(worst.fails[mid], worst.count)[0]
+        print(
+            f"weakest detection @{lengths[mid]}: {worst.case}, {worst.fails[mid]} of "
+            f"{worst.count} (95% lower bound {lower:.4f})"
+        )
+    text_failures = 0
+    if args.without_ids:
+        print("\nThe same responses from their text alone (no token ids; swap-1% has no text):")
+        text_rows = table(
+            [
+                text_margins(texts[i], args.tokens) if i in texts else np.full(args.tokens, np.inf)
+                for i in range(len(responses))
+            ],
+            [c for c in dishonest if c != "swap-1%"],
+        )
+        print_rows(text_rows, lengths)
+        text_failures = report_from_text(responses, margins, texts, dtypes)
+        print(
+            f"verification from the text alone: {text_s:.1f}s = {text_s / verify_s:.2f}x "
+            f"the {verify_s:.1f}s with ids (scoring wall, engine loads excluded; target <= 1.5x)"
+        )
     total = time.monotonic() - started
     print(
         f"wall time: generation {prover.generate_s:.0f}s, verification of {len(responses)} "
-        f"responses {verify_s:.0f}s, total {total:.0f}s"
+        f"responses {verify_s:.0f}s, from text {text_s:.0f}s, total {total:.0f}s"
     )
-    ok = false_positives == 0 and lower >= TARGET_DETECTION
+    detected = not dishonest or lower >= TARGET_DETECTION
+    ok = false_positives == 0 and text_failures == 0 and detected
     verdict = "ok" if ok else "short"
     print(
         f"result: detection_lower95_at_{lengths[mid]}_tokens={lower:.4f} "
-        f"target={TARGET_DETECTION} {verdict}"
+        f"target={TARGET_DETECTION} honest_failing={false_positives} "
+        f"honest_not_reproduced_from_text={text_failures} {verdict}"
     )
     return 0
 
