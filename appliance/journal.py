@@ -16,12 +16,18 @@
   ``key=value``. It is left out only when stderr is itself connected to the
   journal (``JOURNAL_STREAM`` names fd 2) while the native handler is on,
   because every line would otherwise be stored twice; ``stderr=True`` forces it.
+
+The events an operator acts on carry a fixed ``MESSAGE_ID`` (`MessageId`, passed as
+``extra={"message_id": MessageId.INTAKE_ALERT, ...}``): ``journalctl MESSAGE_ID=...``
+finds every one of a kind, and ``journalctl -x`` shows its entry of
+appliance/catalog/veritap.catalog, which the playbook installs into journald's catalog.
 """
 
 from __future__ import annotations
 
 import array
 import contextlib
+import enum
 import errno
 import fcntl
 import logging
@@ -38,6 +44,20 @@ JOURNAL_STREAM = "JOURNAL_STREAM"
 INVOCATION_ID = "INVOCATION_ID"
 
 Backend = Literal["auto", "libsystemd", "socket"]
+
+
+class MessageId(enum.StrEnum):
+    """journald MESSAGE_IDs (128-bit, fixed forever), one per kind of event operators act
+    on; each has an entry in appliance/catalog/veritap.catalog."""
+
+    #: Intake from a collector stopped, or an entry withheld: its log contradicts what was
+    #: verified, or an entry cannot be received (verifierd.intake).
+    INTAKE_ALERT = "aa97b65a096e4701a887d5eb96eae6a1"
+    #: A prover is judged dishonest, or hides its traffic (verifierd.provers).
+    PROVER_ALARM = "6c819f7287b84b47b1297461f5407010"
+    #: A verdict is FAIL: the recomputation or the captured text contradicts the prover.
+    FAIL_VERDICT = "a14d46f8c72c4bd3b269510340a9fccd"
+
 
 # syslog priorities (sd-daemon(3)) for the logging levels.
 _PRIORITIES = ((logging.CRITICAL, 2), (logging.ERROR, 3), (logging.WARNING, 4), (logging.INFO, 6))

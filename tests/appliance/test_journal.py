@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 from appliance import journal
 from appliance.journal import (
     JournalHandler,
+    MessageId,
     SocketJournal,
     encode_journal_entry,
     journal_field_name,
@@ -110,6 +111,15 @@ def test_structured_entry_reaches_the_socket(journal_socket: tuple[socket.socket
     assert err["MESSAGE"].startswith("parse failed\nTraceback")
     assert "ValueError: bad\nrecord" in err["MESSAGE"]
     assert err["EXTRA_PRIORITY"] == "shadowed"
+
+
+def test_a_message_id_is_the_journals_own_field() -> None:
+    record = logging.LogRecord("verifierd", logging.ERROR, "f.py", 1, "intake stopped", None, None)
+    record.message_id = MessageId.INTAKE_ALERT
+    record.commitment_id = "ab" * 32
+    fields = dict(journal.journal_fields(record, "verifierd", "intake stopped"))
+    assert fields["MESSAGE_ID"] == "aa97b65a096e4701a887d5eb96eae6a1"
+    assert fields["COMMITMENT_ID"] == "ab" * 32
 
 
 def test_an_entry_too_big_for_a_datagram_travels_in_a_sealed_memfd(

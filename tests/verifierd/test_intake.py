@@ -23,6 +23,7 @@ from veritap.signing import Signer
 from veritap.tls import ServerTls, server_credentials
 from veritap.v1 import ledger_pb2, ledger_pb2_grpc
 
+from appliance.journal import MessageId
 from collector.ledger.config import LedgerConfig
 from collector.ledger.server import LedgerServer, start_ledger_service
 from collector.log import Log
@@ -178,7 +179,9 @@ def _evidence(pair: Pair) -> ledger_pb2.IntakeEvidence:
     return evidence
 
 
-async def test_a_rewritten_log_is_detected_and_intake_stops_with_evidence(pair: Pair) -> None:
+async def test_a_rewritten_log_is_detected_and_intake_stops_with_evidence(
+    pair: Pair, caplog: pytest.LogCaptureFixture
+) -> None:
     honest = open_log(pair.root / "honest", pair.signer, checkpoint_every=40)
     for first in range(0, 120, 40):  # checkpoints at 40, 80, 120
         append(honest, first, 40)
@@ -196,6 +199,11 @@ async def test_a_rewritten_log_is_detected_and_intake_stops_with_evidence(pair: 
         pair, config, lambda: bool(pair.store.alerts()), "the fork to be detected"
     )
     assert intake.status()[0].state == "alert: fork"
+    (alert,) = [r for r in caplog.records if r.__dict__.get("message_id") is not None]
+    assert (alert.__dict__["message_id"], alert.__dict__["origin"]) == (
+        MessageId.INTAKE_ALERT,
+        config.collectors[0].origin,
+    )
     evidence = _evidence(pair)
     assert evidence.reason == "fork" and evidence.cursor_seq == 120
     ours, theirs = evidence.checkpoints[0], evidence.checkpoints[1]

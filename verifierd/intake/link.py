@@ -33,6 +33,7 @@ from veritap.signing import KeyFormatError, Verifier
 from veritap.tls import ClientTls, channel_credentials, channel_options, require_tls_off_loopback
 from veritap.v1 import ledger_pb2, ledger_pb2_grpc, log_pb2
 
+from appliance.journal import MessageId
 from verifierd.config import CollectorConfig
 from verifierd.errors import VerifierdError
 from verifierd.intake.alert_reasons import AlertReason
@@ -427,7 +428,10 @@ class CollectorLink:
         """An alert that does not stop intake (see the module docstring)."""
         self._metrics.intake_alerts.labels(self.origin, WITHHELD).inc()
         detail = {"origin": self.origin, "seq": seq, "entry_hash": digest.hex(), "why": why}
-        logger.error("entry withheld from the intake: stored as its hash only", extra=detail)
+        logger.error(
+            "entry withheld from the intake: stored as its hash only",
+            extra={"message_id": MessageId.INTAKE_ALERT, **detail},
+        )
         await asyncio.to_thread(self._store.audit, "intake", WITHHELD, detail)
 
     async def _start_refused(
@@ -527,5 +531,10 @@ class CollectorLink:
         self._metrics.intake_alerts.labels(self.origin, violation.reason).inc()
         logger.error(
             "intake stopped: the collector's log contradicts what was verified",
-            extra={"origin": self.origin, "reason": violation.reason, "detail": violation.detail},
+            extra={
+                "message_id": MessageId.INTAKE_ALERT,
+                "origin": self.origin,
+                "reason": violation.reason,
+                "detail": violation.detail,
+            },
         )
