@@ -10,20 +10,11 @@ collector (`python_info`).
 
 from __future__ import annotations
 
-import importlib.metadata
 import platform
 
 from prometheus_client import CollectorRegistry, Gauge, PlatformCollector, ProcessCollector
 
-DISTRIBUTION = "veritap"
-
-
-def installed_version() -> str:
-    """The veritap distribution's version ("unknown" when run from an uninstalled tree)."""
-    try:
-        return importlib.metadata.version(DISTRIBUTION)
-    except importlib.metadata.PackageNotFoundError:
-        return "unknown"
+from veritap.version import package_version
 
 
 def register_runtime_metrics(registry: CollectorRegistry, daemon: str) -> None:
@@ -35,7 +26,7 @@ def register_runtime_metrics(registry: CollectorRegistry, daemon: str) -> None:
         registry=registry,
     )
     build_info.labels(
-        daemon=daemon, version=installed_version(), python=platform.python_version()
+        daemon=daemon, version=package_version(), python=platform.python_version()
     ).set(1)
     ProcessCollector(registry=registry)
     PlatformCollector(registry=registry)
