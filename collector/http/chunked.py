@@ -27,10 +27,19 @@ _NOT_A_LINE = -1
 def chunk_size(line: bytes) -> int | None:
     """The size a chunk-size line (ending in LF) announces, or None if it is not one.
 
-    The size is followed by optional spaces or tabs, then an optional `;` extension.
+    The size is followed by optional spaces or tabs, then an optional `;` extension, then
+    one LF or CRLF: any other CR makes it no chunk-size line (llhttp refuses a bare CR).
     """
-    digits = line.split(b";", 1)[0].rstrip(b"\r\n").rstrip(b" \t")
-    if not 0 < len(digits) <= MAX_SIZE_DIGITS or digits.translate(None, _HEX_DIGITS):
+    body = line[:-1] if line[-1:] == b"\n" else line
+    if body[-1:] == b"\r":
+        body = body[:-1]
+    digits, _, extension = body.partition(b";")
+    digits = digits.rstrip(b" \t")
+    if (
+        not 0 < len(digits) <= MAX_SIZE_DIGITS
+        or digits.translate(None, _HEX_DIGITS)
+        or b"\r" in extension
+    ):
         return None
     return int(digits, 16)
 

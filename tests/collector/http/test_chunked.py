@@ -142,3 +142,8 @@ def test_boundary_search_over_256_kib_is_linear(unit: bytes) -> None:
         for at in range(0, len(data), 1460):
             buf += data[at : at + 1460]
             search.search(buf)
+
+
+@pytest.mark.parametrize("line", [b"abc\r\r\n", b"6\r\r\n", b"1;e\r\r\n", b"1;\re\r\n"])
+def test_a_bare_cr_before_the_line_end_makes_no_chunk_size_line(line: bytes) -> None:
+    assert chunk_size(line) is None
