@@ -30,7 +30,13 @@ For each response the connection keeps the range of requests it may answer
   request is visible, unanswered and begun after the previous response ended.
   After a lost response, or a predecessor that could not be paired, a client
   that pipelined while the messages showing it were lost reads the same, so
-  the rule then asks more (see `_one_at_a_time`).
+  the rule then asks more (see `_one_at_a_time`). After a paired predecessor
+  it must also agree with the count: the request reached by counting one
+  message for each marker that hides at least one (and none for the others).
+  A client that sent a request ahead and lost it, with its response, reads by
+  time alone as a client that waited and lost one more response; the count
+  tells them apart unless a marker was made by several gaps, and then the
+  rule says nothing.
 
 A response whose range holds one request pairs with it, or is an orphan when
 that request is hidden (`no_request`; `midstream` before the first request of
@@ -45,10 +51,13 @@ behind a hole in the other direction. Requests and their start times are kept
 in lists bisected by time, so each decision costs O(log n).
 
 Known limit: "one at a time" is an assumption. A client that pipelines while
-the messages that would show it are lost (the response to its first request,
-or the requests sent ahead) can get responses paired with the request after
-the one they answer. HTTP clients of the OpenAI API (httpx, aiohttp, requests)
-do not pipeline; a connection that shows pipelining never uses the rule.
+the messages that would show it are lost, and loses as many more responses as
+it has requests hidden ahead, can still get a response paired with the request
+after the one it answers: time and count then agree on the wrong one. HTTP
+clients of the OpenAI API (httpx, aiohttp, requests) do not pipeline; a
+connection that shows pipelining never uses the rule. When the rule says
+nothing on a pipelining connection, its later responses stay `request_unknown`:
+with one request outstanding, each has two it may answer.
 """
 
 from __future__ import annotations
@@ -129,6 +138,8 @@ class _Pending:
 
     response: ResponseMessage
     loss_before: Loss
+    #: More than one gap made the marker: how many messages it hides is not even guessed.
+    several_gaps: bool = False
 
 
 # Positions in the client's sequence of requests: 2*i + 1 is visible request i (counted
@@ -176,7 +187,11 @@ class Connection(RequestListener, ResponseListener):
         # reader's count of finished messages, 1xx included).
         self._client_losses: dict[int, Loss] = {}
         self._server_losses: dict[int, Loss] = {}
+        # Markers made by more than one gap.
+        self._client_several: set[int] = set()
+        self._server_several: set[int] = set()
         self._carried_loss = Loss.NONE
+        self._carried_several = False
         self._waiting: deque[_Pending] = deque()
         # The range of positions the last decided response may have answered.
         self._lo = _START
@@ -296,26 +311,35 @@ class Connection(RequestListener, ResponseListener):
         return slot.method, slot.keep
 
     def response_done(self, message: ResponseMessage) -> None:
-        loss = max(self._server_losses.pop(self.server.messages - 1, Loss.NONE), self._carried_loss)
+        finished = self.server.messages - 1
+        loss = max(self._server_losses.pop(finished, Loss.NONE), self._carried_loss)
+        several = self._carried_several or finished in self._server_several
+        self._server_several.discard(finished)
         if 100 <= message.status < 200 and message.status != 101:
             self._stats.informational += 1
             self._carried_loss = loss
+            self._carried_several = several
             return
         self._carried_loss = Loss.NONE
+        self._carried_several = False
         self._stats.responses += 1
         message = self._with_ambiguities(SERVER_TO_CLIENT, message)
         if self.server.upgraded:
             self._stats.upgraded += 1
             self.client.upgrade()
-        self._waiting.append(_Pending(message, loss))
+        self._waiting.append(_Pending(message, loss, several))
         self._decide()
 
     # -- loss markers --------------------------------------------------------
 
     def _mark_client(self, loss: Loss) -> None:
+        if self._next in self._client_losses:
+            self._client_several.add(self._next)
         self._client_losses[self._next] = max(self._client_losses.get(self._next, loss), loss)
 
     def _mark_server(self, message: int, loss: Loss) -> None:
+        if message in self._server_losses:
+            self._server_several.add(message)
         self._server_losses[message] = max(self._server_losses.get(message, loss), loss)
 
     def _mark_pipelined(self) -> None:
@@ -468,13 +492,35 @@ class Connection(RequestListener, ResponseListener):
         if end is not None and slot.first_ts < end:
             return None
         uncertain = self._lo < self._hi
-        if pending.loss_before is Loss.NONE and not uncertain:
-            return position
+        if not uncertain:
+            # The count must agree: a client that pipelined ahead of a lost request and a
+            # client that waited, with one more response lost, read alike by time alone.
+            return position if position == self._counted(pending) else None
         others = self._span(lo, position - 1)
         if (uncertain and (others or not _visible(lo))) or index + 1 in self._client_losses:
             return None
         if others and (end is None or self._requests[others[0] - self._base].first_ts < end):
             return None
+        return position
+
+    def _counted(self, pending: _Pending) -> int | None:
+        """The position `pending` answers if every marker that hides at least one message
+        hides exactly one and every other marker none, counted from a paired predecessor
+        (None: a marker made by several gaps is on the way, so not even that is guessed)."""
+        if pending.several_gaps:
+            return None
+        position = self._lo
+        for _ in range(2 if pending.loss_before is Loss.AT_LEAST_ONE else 1):
+            if not _visible(position):
+                if _index(position) in self._client_several:
+                    return None
+                position += 1
+                continue
+            following = _index(position) + 1
+            if following in self._client_several:
+                return None
+            hidden = self._client_losses.get(following) is Loss.AT_LEAST_ONE
+            position = 2 * following if hidden else 2 * following + 1
         return position
 
     def _skew_refuted(self, lo: int, hi: int, response: ResponseMessage) -> bool | None:
@@ -553,6 +599,7 @@ class Connection(RequestListener, ResponseListener):
             self._base = self._first
         for index in [i for i in self._client_losses if 2 * i < self._lo]:
             del self._client_losses[index]
+            self._client_several.discard(index)
 
     def _emit_unanswered(self, index: int, ending: str | None) -> None:
         """Emit request `index`, with why it has no response if it has none; `ending`: the
