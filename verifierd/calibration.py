@@ -22,7 +22,9 @@ responses known to be honest, recomputed on the verifier's engine. Output:
   changed cannot be told from an honest one at any threshold.
 
 The empirical false-positive rate of the chosen settings on the sample is
-reported with the resolution the sample size allows.
+reported with the resolution the sample size allows, and the honest tokens
+above each margin level are counted for the per-prover sequential test
+(`verifierd.provers.sequential.HonestTails`).
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ import numpy.typing as npt
 
 from verifierd.commitments import DifrSettings
 from verifierd.errors import VerifierdError
+from verifierd.provers.sequential import HonestTails
 
 #: Margins at or above this are "outside the mask" when they come back clipped
 #: from an engine asked for Δmax = UNCLIPPED.
@@ -63,6 +66,9 @@ class Calibration:
     false_positives: int
     #: "quantile" or "maximum": which rule set the threshold.
     rule: str
+    #: The honest tokens above each margin level at the chosen Δmax: what the
+    #: per-prover sequential test bounds honest provers by.
+    honest_tails: HonestTails
 
 
 def calibrate(
@@ -102,4 +108,5 @@ def calibrate(
         max_score=float(scores.max()),
         false_positives=int((scores > threshold).sum()),
         rule=rule,
+        honest_tails=HonestTails.from_margins(responses, delta_max),
     )

@@ -13,6 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from verifierd.calibration import UNCLIPPED, calibrate
 from verifierd.provers.sequential import (
     SECONDS_PER_DAY,
     HonestTails,
@@ -255,3 +256,17 @@ def test_tail_bound_holds_with_the_stated_miss(
         top = max(log_terms)
         log_cdf = top + math.log(sum(math.exp(t - top) for t in log_terms))
         assert log_cdf <= math.log(miss) + 1e-9
+
+
+def test_calibration_counts_the_honest_tails_at_its_delta_max() -> None:
+    """`verifierd calibrate` counts the honest tokens above each level, out-of-mask
+    ones (+inf, or UNCLIPPED from an engine) at every level."""
+    cal = calibrate(
+        [np.array([0.0, 0.0, 2e-3, math.inf]), np.array([0.0, UNCLIPPED, 0.0, 0.0])],
+        target_fpr=1e-3,
+        sample_rate=1.0,
+    )
+    tails = cal.honest_tails
+    assert (tails.tokens, tails.delta_max) == (8, cal.settings.delta_max)
+    counts = dict(zip(tails.levels, tails.exceedances, strict=True))
+    assert (counts[0.0], counts[1e-3], counts[1e-2], counts[0.1]) == (3, 3, 2, 2)
