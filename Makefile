@@ -24,7 +24,7 @@ PROTOC := $(PY) -m grpc_tools.protoc -I protos \
 	--python_out=OUT --grpc_python_out=OUT --mypy_out=OUT --mypy_grpc_out=OUT
 
 .PHONY: help install system-deps test lint typecheck proto proto-check config-schema \
-	config-schema-check pytest demo bench clean
+	config-schema-check pytest demo bench lock wheelhouse clean
 
 help:
 	@echo "make demo   run the whole pair live on loopback and catch a dishonest prover"
@@ -32,6 +32,8 @@ help:
 	@echo "make proto  regenerate protos/veritap/v1/*_pb2*.py{,i}"
 	@echo "make config-schema  regenerate appliance/config/*.schema.json"
 	@echo "make bench  run the benchmarks under bench/"
+	@echo "make lock   pin each role's dependencies with hashes in requirements/*.txt"
+	@echo "make wheelhouse ROLE=collector|verifier  every file a role's host installs, for air-gapped sites"
 
 install: $(STAMP)
 
@@ -71,7 +73,7 @@ proto-check: $(STAMP)
 	  || { echo "generated code is stale: run 'make proto' and commit"; exit 1; }
 
 # The daemons' config files as JSON Schema, for editors: `DAEMON check-config --schema`.
-CONFIG_SCHEMA_DAEMONS := collector
+CONFIG_SCHEMA_DAEMONS := collector verifierd
 
 config-schema: $(STAMP)
 	for d in $(CONFIG_SCHEMA_DAEMONS); do \
@@ -95,6 +97,30 @@ demo: $(STAMP)
 
 bench: $(STAMP)
 	for b in bench/*.py; do $(PY) $$b; done
+
+# Each role's dependencies (pyproject.toml's extras), pinned with hashes for every platform
+# and Python >= 3.11: the playbook installs them with --require-hashes. uv runs from a
+# throwaway venv, not from .venv.
+LOCK_VENV ?= /tmp/veritap-lock-venv
+UV_COMPILE = $(LOCK_VENV)/bin/uv pip compile pyproject.toml --universal --python-version 3.11 \
+	--generate-hashes --custom-compile-command "make lock" -q
+lock:
+	test -x $(LOCK_VENV)/bin/uv || { python3 -m venv $(LOCK_VENV) && $(LOCK_VENV)/bin/pip install -q uv; }
+	$(UV_COMPILE) --extra collector --extra systemd -o requirements/collector.txt
+	$(UV_COMPILE) --extra verifier --extra gpu --extra systemd -o requirements/verifier.txt
+
+# An air-gapped site's packages for ROLE: the veritap wheel and every file its lock pins
+# (systemd-python as its sdist, built on the host: the common role installs its compiler
+# and headers, and setuptools to build it with), downloaded on a machine with the hosts'
+# Python and architecture. The playbook installs from it with veritap_wheelhouse.
+ROLE ?= collector
+WHEELHOUSE ?= wheelhouse/$(ROLE)
+wheelhouse:
+	test -f requirements/$(ROLE).txt || { echo "ROLE: collector or verifier"; exit 1; }
+	tmp=$$(mktemp -d); trap 'rm -rf $$tmp' EXIT; python3 -m venv $$tmp/venv; \
+	$$tmp/venv/bin/pip download -q --require-hashes -r requirements/$(ROLE).txt -d $(WHEELHOUSE); \
+	$$tmp/venv/bin/pip download -q setuptools wheel -d $(WHEELHOUSE); \
+	$$tmp/venv/bin/pip wheel -q --no-deps -w $(WHEELHOUSE) .
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis

@@ -14,6 +14,7 @@ run must report ``changed=0`` for every host.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import secrets
@@ -121,6 +122,14 @@ def build_wheel(out: Path) -> Path:
     return wheel
 
 
+def write_lock(path: Path, wheel: Path) -> Path:
+    """A lock in the form of requirements/*.txt that pins only the wheel (CI installs no
+    dependencies), so the playbook's --require-hashes step runs for real."""
+    digest = hashlib.sha256(wheel.read_bytes()).hexdigest()
+    path.write_text(f"veritap @ {wheel.as_uri()} \\\n    --hash=sha256:{digest}\n")
+    return path
+
+
 @pytest.fixture(scope="module")
 def network_namespace() -> Iterator[str | None]:
     """A namespace holding a veth pair whose end CAPTURE_NIC plays the tap port (root only)."""
@@ -149,6 +158,7 @@ def applied(tmp_path_factory: pytest.TempPathFactory, network_namespace: str | N
         pytest.skip("needs systemd-sysusers (Debian package systemd)")
     scratch = tmp_path_factory.mktemp("apply")
     model = make_committed_model(scratch)
+    wheel = build_wheel(scratch / "dist")
     overrides = {
         "ansible_connection": "local",
         "ansible_become": False,
@@ -157,8 +167,9 @@ def applied(tmp_path_factory: pytest.TempPathFactory, network_namespace: str | N
         "veritap_root": f"{scratch}/roots/{{{{ inventory_hostname }}}}",
         "veritap_manage_services": False,
         "veritap_manage_packages": False,
-        "veritap_wheel": str(build_wheel(scratch / "dist")),
+        "veritap_wheel": str(wheel),
         "veritap_wheel_extras": [],
+        "veritap_requirements_lock": str(write_lock(scratch / "requirements.txt", wheel)),
         "veritap_pip_extra_args": "--no-deps --no-index",
         "veritap_pki_dir": str(scratch / "pki"),
         "verifier_require_nvidia": False,
@@ -283,6 +294,7 @@ def test_units_are_installed_as_shipped(applied: Applied) -> None:
 
 def test_the_venv_holds_the_wheels_console_scripts(applied: Applied) -> None:
     for host, script in (("tap-01", "collector"), ("cray-xd670-01", "verifierd")):
+        assert (applied.root(host) / "opt/veritap/requirements.txt").is_file()
         path = applied.root(host) / "opt/veritap/venv/bin" / script
         assert os.access(path, os.X_OK)
         assert f"from {script}.cli import main" in path.read_text()
