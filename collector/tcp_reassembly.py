@@ -76,7 +76,7 @@ gets here.
   Bytes past an acknowledged FIN are counted (`data_after_fin`) and ignored,
   as a closed receiver ignores them. The second FIN of a close, when its
   segment acknowledges the first, counts as acknowledged: the last ACK of a
-  connection is a pure ACK, which capture filters often drop (CAPTURE.md),
+  connection is a pure ACK, which capture filters often drop (appliance/CAPTURE.md),
   and the side that closed first has said all it will. A flow that ends any
   other way (RST, idle timeout,
   eviction, `flush()`) ends its directions with that reason, so a

@@ -253,8 +253,8 @@ def words(n: int, seed: int = 0) -> Generation:
 def typical_call(rng: random.Random, index: int) -> Call:
     """A call of the capture benchmarks' mix: half streamed, prompts of 5..40 words."""
     stream = index % 2 == 0
-    # Streamed answers are long-tailed (log-uniform 100..5000 tokens, median ~700, as CAPTURE.md's
-    # 5000-token streams); JSON answers are 50..800 tokens.
+    # Streamed answers are long-tailed (log-uniform 100..5000 tokens, median ~700, as
+    # appliance/CAPTURE.md's 5000-token streams); JSON answers are 50..800 tokens.
     tokens = (
         int(math.exp(rng.uniform(math.log(100), math.log(5000))))
         if stream

@@ -6,7 +6,7 @@ the offloads that merge or split segments off, so the collector sees frames as
 they were on the wire. Reads the current state first (/sys flags, ``ethtool
 -k``) and changes only what differs, so a second run reports no change. A
 feature the driver does not offer is skipped; one fixed "on" is reported in
-``fixed_on`` (the collector copes: CAPTURE.md). The boot-time counterpart is
+``fixed_on`` (the collector copes: appliance/CAPTURE.md). The boot-time counterpart is
 veritap-capture-nic@.service.
 """
 
