@@ -71,17 +71,25 @@ def problem(message: str) -> PydanticCustomError:
 
 def reject(section: object, findings: Sequence[tuple[str, str]]) -> None:
     """Raise the findings of a section's cross-field checks, each ``(key, message)``, all at
-    once and each under its key's path ("" for the section itself); nothing when empty."""
+    once and each under its key's path: "" for the section itself, dots for a key of a table
+    inside it (``hiding.window_s``). Nothing when there are none."""
     if findings:
         details = [
             InitErrorDetails(
                 type=problem(message),
-                loc=(key,) if key else (),
-                input=getattr(section, key, None) if key else None,
+                loc=tuple(key.split(".")) if key else (),
+                input=_value_at(section, key),
             )
             for key, message in findings
         ]
         raise ValidationError.from_exception_data(type(section).__name__, details)
+
+
+def _value_at(section: object, key: str) -> object:
+    value = section
+    for name in key.split(".") if key else ():
+        value = getattr(value, name, None)
+    return value
 
 
 class LogLevel(enum.StrEnum):
@@ -198,6 +206,8 @@ def toml_path(location: tuple[int | str, ...]) -> str:
     """``("collectors", 0, "window")`` as ``collectors[0].window``."""
     text = ""
     for part in location:
+        if part == "[key]":  # pydantic's marker for a table's key (the key is already named)
+            continue
         if isinstance(part, int):
             text += f"[{part}]"
         else:

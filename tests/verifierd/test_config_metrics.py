@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from veritap.config_schema import ConfigError
 
-from verifierd.config import PROVER_PRESETS, ConfigError, MetricsConfig, load_config, parse_config
+from verifierd.config import PROVER_PRESETS, MetricsConfig, load_config, parse_config
 from verifierd.vca import PRESETS
 
 
@@ -45,10 +46,10 @@ def test_prover_names_are_the_vca_presets() -> None:
     [
         ({"listen": "9401"}, "metrics.listen: metrics address '9401': expected host:port"),
         ({"listen": "a:b"}, "metrics.listen: metrics address 'a:b': bad port"),
-        ({"listen": 9401}, "metrics.listen: expected a non-empty string, got 9401"),
+        ({"listen": 9401}, "metrics.listen: expected a string, got 9401"),
         ({"prover_url": "prom:9090"}, "metrics.prover_url: expected an http:// or https:// URL"),
-        ({"prover": "dcgmm"}, "metrics.prover: expected one of auto, dcgm,"),
-        ({"vca_window_s": 0}, "metrics.vca_window_s: expected a number >= 1.0"),
+        ({"prover": "dcgmm"}, "metrics.prover: expected 'auto', 'dcgm', 'nvml-gpm',"),
+        ({"vca_window_s": 0}, "metrics.vca_window_s: must be >= 1.0, got 0"),
         ({"vca_interval_s": "1m"}, "metrics.vca_interval_s: expected a number"),
         ({"lisen": ""}, "metrics.lisen: unknown key"),
     ],

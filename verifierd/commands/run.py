@@ -8,8 +8,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from veritap.config_schema import ConfigError
 from veritap.signing import SigningError
 
+from appliance.command_line import EXIT_CONFIG, apply_log_level
 from verifierd.config import load_config
 from verifierd.errors import VerifierdError
 
@@ -28,11 +30,16 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    try:
+        config = load_config(args.config)
+    except ConfigError as exc:
+        sys.stderr.write(f"verifierd run: {exc}\n")
+        return EXIT_CONFIG
+    apply_log_level(args, config.log.level.number)
     # Imported here: the daemon brings torch, which the other subcommands do without.
     from verifierd.daemon import Daemon
 
     try:
-        config = load_config(args.config)
         return asyncio.run(Daemon(config, reverify=args.reverify).run())
     except (VerifierdError, SigningError, OSError) as exc:
         sys.stderr.write(f"verifierd run: {exc}\n")
