@@ -21,6 +21,10 @@ checksums = "verify"                # "verify": a bad IPv4/TCP checksum drops th
                                     # "ignore": only where offload leaves them unfilled
                                     # (capturing on the sending host, e.g. `lo`; tc mirror
                                     # egress copies)
+fragment_timeout_s = 30.0           # IP fragments: a datagram not whole after this is dropped
+fragment_max_bytes = 67108864       # ... all held fragments together (oldest evicted past it)
+fragment_max_count = 64             # ... fragments of one datagram (past it: dropped)
+fragment_max_datagram_bytes = 65535 # ... bytes of one reassembled datagram
 
 [reassembly]
 gap_timeout_s = 60.0                # a hole that has not filled after this becomes a gap
@@ -34,6 +38,8 @@ max_flows = 100000
 max_head_bytes = 65536
 max_body_bytes = 67108864
 response_skew_s = 0.1               # a response captured this much before its request still pairs
+max_sse_line_bytes = 4194304        # an SSE line longer than this drops its event (counted,
+max_sse_events = 1048576            # the record truncated), and so does every event past this
 dialects = ["openai-chat", "openai-completions"]
 
 [log]
@@ -78,8 +84,11 @@ from veritap.config_schema import (
 )
 
 from collector.capture.decode import ChecksumPolicy
+from collector.capture.fragments import FragmentLimits
 from collector.dialects import DIALECTS
 from collector.http.reader import HttpLimits
+from collector.http.sse import MAX_EVENTS as MAX_SSE_EVENTS
+from collector.http.sse import MAX_LINE_BYTES as MAX_SSE_LINE_BYTES
 from collector.ledger.config import LedgerConfig, LedgerSection
 from collector.tcp_reassembly import ReassemblyLimits
 
@@ -172,6 +181,29 @@ class CaptureConfig:
             "where offload leaves them unfilled (the sending host, tc mirror egress)"
         ),
     ] = ChecksumPolicy.VERIFY
+    fragment_timeout_s: Annotated[
+        Seconds,
+        Field(description="IP fragments: a datagram not whole after this is dropped (Linux: 30)"),
+    ] = 30.0
+    fragment_max_bytes: Annotated[
+        Integer,
+        Field(ge=1 << 16, description="all held fragments together; the oldest evicted past it"),
+    ] = 64 * 1024 * 1024
+    fragment_max_count: Annotated[
+        Integer, Field(ge=2, le=8192, description="fragments of one datagram; past it: dropped")
+    ] = 64
+    fragment_max_datagram_bytes: Annotated[
+        Integer,
+        Field(ge=576, le=65_535, description="bytes of one reassembled datagram (IP's 65535)"),
+    ] = 65_535
+
+    def fragment_limits(self) -> FragmentLimits:
+        return FragmentLimits(
+            timeout_ns=int(self.fragment_timeout_s * 1e9),
+            max_bytes=self.fragment_max_bytes,
+            max_fragments=self.fragment_max_count,
+            max_datagram_bytes=self.fragment_max_datagram_bytes,
+        )
 
 
 @dataclass(frozen=True, config=SECTION)
@@ -215,6 +247,18 @@ class HttpConfig:
         Number,
         Field(ge=0.0, description="a response captured this much before its request pairs"),
     ] = 0.1
+    max_sse_line_bytes: Annotated[
+        Integer,
+        Field(
+            ge=1024,
+            description="an SSE line longer than this drops its event (counted, the record "
+            "truncated)",
+        ),
+    ] = MAX_SSE_LINE_BYTES
+    max_sse_events: Annotated[
+        Integer,
+        Field(ge=1, description="SSE events kept per response; later ones dropped and counted"),
+    ] = MAX_SSE_EVENTS
     dialects: Annotated[
         tuple[Text, ...],
         AfterValidator(_dialects),
@@ -226,6 +270,8 @@ class HttpConfig:
             max_head_bytes=self.max_head_bytes,
             max_body_bytes=self.max_body_bytes,
             response_skew_ns=int(self.response_skew_s * 1e9),
+            max_sse_line_bytes=self.max_sse_line_bytes,
+            max_sse_events=self.max_sse_events,
         )
 
 

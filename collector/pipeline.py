@@ -92,6 +92,7 @@ class CapturePipeline:
     def __init__(self, config: CollectorConfig, sink: RecordSink) -> None:
         self._sink = sink
         self._checksums = config.capture.checksums
+        self._fragment_limits = config.capture.fragment_limits()
         self._counts = _Counts()
         self._http_limits = config.http.limits()
         self._dialects = DialectRegistry(config.http.dialects)
@@ -117,7 +118,9 @@ class CapturePipeline:
         try:
             decoder = counts.decoders.get(linktype)
             if decoder is None:
-                decoder = counts.decoders[linktype] = FrameDecoder(linktype, self._checksums)
+                decoder = counts.decoders[linktype] = FrameDecoder(
+                    linktype, self._checksums, self._fragment_limits
+                )
             segment = decoder.decode(ts_ns, data, vlans)
             if segment is not None:
                 self.reassembler.receive(segment)

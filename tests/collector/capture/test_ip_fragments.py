@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import struct
+from pathlib import Path
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from veritap.config_schema import ConfigError
 
 from collector.capture.decode import FrameDecoder, TcpSegment
 from collector.capture.fragments import FragmentLimits
 from collector.capture.linktypes import DLT_RAW
+from collector.config import load_config
+from collector.pipeline import CapturePipeline
 from tests.cpu_bound import cpu_bound
 from tests.pcapgen import Conversation, Packet, tcp_ip_bytes
 
@@ -165,3 +170,35 @@ def test_fragment_storms_never_raise_and_never_give_other_bytes(
     with cpu_bound(2.0):
         segs = decode_all(frames)
     assert all(seg.payload == PAYLOAD for seg in segs)
+
+
+def test_the_capture_section_sets_the_fragment_limits_the_pipeline_applies(tmp_path: Path) -> None:
+    path = tmp_path / "collector.toml"
+    path.write_text(
+        "[capture]\nfragment_timeout_s = 5.0\nfragment_max_bytes = 100000\n"
+        "fragment_max_count = 4\nfragment_max_datagram_bytes = 2000\n"
+    )
+    config = load_config(path)
+    assert config.capture.fragment_limits() == FragmentLimits(5_000_000_000, 100_000, 4, 2000)
+    pipeline = CapturePipeline(config, lambda record: None)
+    for i, frame in enumerate(fragments(V4, 256)):  # 13 fragments, 3 KiB: over both caps
+        pipeline.frame(i, DLT_RAW, frame)
+    decode = pipeline.summary().decode
+    assert decode.fragments_over_cap >= 1 and decode.fragments_reassembled == 0
+    assert decode.segments == 0
+
+
+@pytest.mark.parametrize(
+    "toml",
+    [
+        "fragment_max_count = 1",
+        "fragment_max_datagram_bytes = 70000",
+        "fragment_max_bytes = 10",
+        "fragment_timeout_s = 0",
+    ],
+)
+def test_fragment_limits_out_of_range_are_refused_by_name(tmp_path: Path, toml: str) -> None:
+    path = tmp_path / "collector.toml"
+    path.write_text(f"[capture]\n{toml}\n")
+    with pytest.raises(ConfigError, match=toml.split(maxsplit=1)[0]):
+        load_config(path)

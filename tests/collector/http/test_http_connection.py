@@ -5,12 +5,15 @@ from __future__ import annotations
 import gzip
 import zlib
 from collections.abc import Sequence
+from pathlib import Path
 
 import brotli
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from veritap.config_schema import ConfigError
 
+from collector.config import load_config
 from collector.http.exchange import Connection, HttpStats
 from collector.http.messages import Exchange, ProblemKind
 from collector.http.reader import HttpLimits
@@ -464,6 +467,33 @@ def test_an_sse_line_over_the_cap_makes_the_response_truncated() -> None:
     assert [e.data for e in ex.response.sse_events] == ["1", "[DONE]"]
     assert [p.kind for p in ex.response.problems] == [ProblemKind.TRUNCATED]
     assert "1 SSE event(s) not kept" in ex.response.problems[0].reason
+
+
+@pytest.mark.parametrize(
+    ("toml", "kept"),
+    [("max_sse_events = 2", ["1", "2"]), ("max_sse_line_bytes = 1024", ["1", "[DONE]"])],
+)
+def test_the_sse_caps_are_set_in_the_http_section(
+    tmp_path: Path, toml: str, kept: list[str]
+) -> None:
+    path = tmp_path / "collector.toml"
+    path.write_text(f"[http]\n{toml}\n")
+    h = Harness(limits=load_config(path).http.limits())
+    h.send(C, req())
+    events = [b"data: 1\n\n", b"data: 2" + b"x" * 2000 + b"\n\n", b"data: [DONE]\n\n"]
+    h.send(S, SSE_HEAD + chunked(events))
+    (ex,) = h.close()
+    assert ex.response is not None
+    assert [e.data[:1] if e.data[:1] == "2" else e.data for e in ex.response.sse_events] == kept
+    assert [p.kind for p in ex.response.problems] == [ProblemKind.TRUNCATED]
+
+
+@pytest.mark.parametrize("toml", ["max_sse_events = 0", "max_sse_line_bytes = 10"])
+def test_sse_caps_below_their_minimum_are_refused_by_name(tmp_path: Path, toml: str) -> None:
+    path = tmp_path / "collector.toml"
+    path.write_text(f"[http]\n{toml}\n")
+    with pytest.raises(ConfigError, match=toml.split(maxsplit=1)[0]):
+        load_config(path)
 
 
 def _traffic() -> tuple[bytes, bytes]:
