@@ -39,6 +39,7 @@ from verifierd.commitments import CommitmentRegistry
 from verifierd.config import Config
 from verifierd.engine.pool import EnginePool
 from verifierd.pipeline import Pipeline
+from verifierd.provers.store import ProverTables
 from verifierd.store import Store
 from verifierd.verdicts import load_or_create_secret, load_or_create_signer
 from verifierd.weights_cache import WeightsCache
@@ -62,6 +63,8 @@ class DaemonContext:
     pipeline: Pipeline
     #: The verifier's signing key (services publish its public half).
     signer: Signer
+    #: Per-prover statistics and alarms, kept by the store's verdict hook.
+    provers: ProverTables
     #: Services started so far, in start order (modules in verifierd.services start by
     #: name), so a later service can use an earlier one, e.g. the API reading intake status.
     started: list[Service] = field(default_factory=list)
@@ -115,6 +118,8 @@ class Daemon:
         pool = EnginePool(config.engines)
         try:
             signer = load_or_create_signer(config.key_file, config.verifier_id)
+            # Before the scheduler writes a verdict: every one updates its prover.
+            provers = ProverTables(store, config.provers, signer)
             registry = CommitmentRegistry.from_dir(config.commitments_dir)
             weights = WeightsCache(config.weights_dir)
             pipeline = Pipeline(
@@ -127,7 +132,9 @@ class Daemon:
                 secret=load_or_create_secret(config.secret_file),
                 reverify=self._reverify,
             )
-            context = DaemonContext(config, store, registry, weights, pool, pipeline, signer)
+            context = DaemonContext(
+                config, store, registry, weights, pool, pipeline, signer, provers
+            )
             return await self._serve(context, stop, notifier)
         finally:
             pool.close()

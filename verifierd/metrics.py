@@ -26,6 +26,7 @@ from veritap.v1 import verifier_pb2
 
 from verifierd.meter.readings import Method, Reading
 from verifierd.meter.sampling import Meter, ReadingCallback
+from verifierd.provers.identity import ProverKey
 
 if TYPE_CHECKING:  # verifierd.vca brings aiohttp and LMDB, which the metrics do not need
     from verifierd.commitments import Commitment
@@ -37,6 +38,13 @@ _PREFIX = "veritap_verifier_"
 _SECONDS_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
 _LOAD_BUCKETS = (1, 5, 10, 30, 60, 120, 300, 600, 900, 1800)
 _BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+
+
+#: `kind` label of veritap_prover_alarm for each AlarmKind value.
+_ALARM_KINDS = {
+    verifier_pb2.ALARM_KIND_DISHONEST: "dishonest",
+    verifier_pb2.ALARM_KIND_HIDING: "hiding",
+}
 
 
 def status_label(status: int) -> str:
@@ -103,10 +111,34 @@ class VerifierMetrics:
         )
         self.verdicts = Counter(
             _PREFIX + "verdicts",
-            "Verdicts decided, by commitment and status.",
-            ["commitment", "status"],
+            'Verdicts decided, by commitment, status and reason ("" for PASS).',
+            ["commitment", "status", "reason"],
             registry=r,
         )
+        # Provers (verifierd.provers): `prover` is ORIGIN/ADDRESS:PORT.
+        self.prover_alarm = Gauge(
+            "veritap_prover_alarm",
+            "1 while an alarm of that kind is in force for the prover (dishonest: its "
+            "sequential test crossed the bound; hiding: an unverifiable share over its rate), "
+            "else 0.",
+            ["prover", "kind"],
+            registry=r,
+        )
+        self.prover_unverifiable_ratio = Gauge(
+            "veritap_prover_unverifiable_ratio",
+            "Share of the prover's verdicts over [provers.hiding] window_s that are "
+            "UNVERIFIABLE, by reason.",
+            ["prover", "reason"],
+            registry=r,
+        )
+        self.prover_evidence = Gauge(
+            "veritap_prover_evidence",
+            "The prover's sequential test statistic: ln of its e-value (an alarm is raised at "
+            "ln(1/(alpha*day))); 0 while no test runs.",
+            ["prover"],
+            registry=r,
+        )
+        self._prover_series: set[tuple[str, ...]] = set()
         # Engines.
         self.engine_loads = Counter(
             _PREFIX + "engine_loads",
@@ -214,18 +246,44 @@ class VerifierMetrics:
                 sampler=c.sampler_profile,
             ).set(1)
 
-    def verdict_decided(self, commitment_id: str, status: int) -> None:
-        self.verdicts.labels(commitment=commitment_id, status=status_label(status)).inc()
+    def verdict_decided(self, commitment_id: str, status: int, reason: str = "") -> None:
+        self.verdicts.labels(
+            commitment=commitment_id, status=status_label(status), reason=reason
+        ).inc()
 
     def verdict_stored(self, verdict: verifier_pb2.Verdict) -> None:
         """Count one stored verdict and, for a recomputed one (scored in an engine batch), its
         prefill and scoring time."""
-        self.verdict_decided(verdict.commitment_id, verdict.status)
+        self.verdict_decided(verdict.commitment_id, verdict.status, verdict.reason)
         timings = verdict.timings
         if timings.batch_size:
             cid = verdict.commitment_id
             self.prefill_seconds.labels(commitment=cid).observe(timings.prefill_ns / 1e9)
             self.scoring_seconds.labels(commitment=cid).observe(timings.scoring_ns / 1e9)
+
+    def set_provers(self, provers: Iterable[verifier_pb2.Prover], window_s: int) -> None:
+        """Export each prover's alarm state, its unverifiable share by reason over the
+        ``window_s`` window, and its test statistic; drop the series no longer reported."""
+        fresh: set[tuple[str, ...]] = set()
+        for prover in provers:
+            name = ProverKey.of_proto(prover.id).label
+            in_force = {state.alarm.kind for state in prover.alarms}
+            for kind, label in _ALARM_KINDS.items():
+                self.prover_alarm.labels(prover=name, kind=label).set(int(kind in in_force))
+                fresh.add(("alarm", name, label))
+            window = next((w for w in prover.windows if w.window_s == window_s), None)
+            shares = {} if window is None else dict(window.unverifiable_share)
+            for reason, share in shares.items():
+                self.prover_unverifiable_ratio.labels(prover=name, reason=reason).set(share)
+                fresh.add(("ratio", name, reason))
+            self.prover_evidence.labels(prover=name).set(prover.evidence)
+            fresh.add(("evidence", name))
+        for gone in self._prover_series - fresh:
+            gauge = {"alarm": self.prover_alarm, "ratio": self.prover_unverifiable_ratio}.get(
+                gone[0], self.prover_evidence
+            )
+            gauge.remove(*gone[1:])
+        self._prover_series = fresh
 
     def record_reading(self, reading: Reading, method: Method) -> None:
         """Export one meter reading: latest ratios and the running activity integral."""

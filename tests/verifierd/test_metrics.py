@@ -90,8 +90,9 @@ def test_every_metric_is_served_with_its_type() -> None:
         f"gauge {p}vca",
     }
     verdicts = families[f"counter {p}verdicts"]
-    assert value(verdicts, f"{p}verdicts_total", commitment="c1", status="pass") == 1
-    assert value(verdicts, f"{p}verdicts_total", commitment="c1", status="unverifiable") == 1
+    labels = {"commitment": "c1", "reason": ""}
+    assert value(verdicts, f"{p}verdicts_total", **labels, status="pass") == 1
+    assert value(verdicts, f"{p}verdicts_total", **labels, status="unverifiable") == 1
     activity = families[f"counter {p}activity_seconds"]
     # 0.6 for half a second, then 0.2 for half a second.
     assert value(

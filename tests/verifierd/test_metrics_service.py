@@ -9,13 +9,15 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from veritap.signing import Signer
 from veritap.v1 import verifier_pb2
 
 from tests.verifierd.commitment_fixtures import commit, make_model_dir
 from verifierd.commitments import CommitmentRegistry
-from verifierd.config import Config, MetricsConfig
+from verifierd.config import Config, MetricsConfig, ProversConfig
 from verifierd.engine.pool import EngineStatus
 from verifierd.metrics import VerifierMetrics
+from verifierd.provers.store import ProverTables
 from verifierd.services.metrics import MetricsService
 from verifierd.store import Enqueue, Store, VerdictWrite
 
@@ -59,6 +61,7 @@ async def test_verdicts_backlog_engines_and_commitments_are_exported(
         store=store,
         pool=SimpleNamespace(status=lambda: engines),
         registry=CommitmentRegistry.of([known]),
+        provers=ProverTables(store, ProversConfig(), Signer.generate("verifier-test")),
     )
     service = MetricsService(context, metrics, listen="127.0.0.1:0")  # type: ignore[arg-type]
     await service.start()
@@ -84,9 +87,9 @@ async def test_verdicts_backlog_engines_and_commitments_are_exported(
         return metrics.registry.get_sample_value(name, labels)
 
     p = "veritap_verifier_"
-    assert sample(f"{p}verdicts_total", commitment=COMMITMENT, status="pass") == 1
-    assert sample(f"{p}verdicts_total", commitment=COMMITMENT, status="fail") == 1
-    assert sample(f"{p}verdicts_total", commitment=COMMITMENT, status="skipped") == 1
+    assert sample(f"{p}verdicts_total", commitment=COMMITMENT, status="pass", reason="") == 1
+    assert sample(f"{p}verdicts_total", commitment=COMMITMENT, status="fail", reason="") == 1
+    assert sample(f"{p}verdicts_total", commitment=COMMITMENT, status="skipped", reason="") == 1
     assert sample(f"{p}prefill_seconds_count", commitment=COMMITMENT) == 2
     assert sample(f"{p}prefill_seconds_sum", commitment=COMMITMENT) == pytest.approx(0.6)
     assert sample(f"{p}backlog_records", commitment=COMMITMENT) == 2
@@ -95,12 +98,12 @@ async def test_verdicts_backlog_engines_and_commitments_are_exported(
     assert sample(f"{p}engines_loaded") == 1
     info = {"commitment": known.commitment_id, "model": "tiny", "dtype": known.dtype}
     assert sample("veritap_commitment_info", **info, sampler="vllm-cpu-splitmix") == 1
-    assert f'{p}verdicts_total{{commitment="{COMMITMENT}",status="pass"}} 1.0' in text
+    assert f'{p}verdicts_total{{commitment="{COMMITMENT}",reason="",status="pass"}} 1.0' in text
 
     # After stop, new verdicts are no longer counted by this service.
     store.ingest("edge", [(6, b"entry", bytes([6]) * 32)])
     store.classify([verdict_write(6, verifier_pb2.VERDICT_STATUS_PASS)])
-    assert sample(f"{p}verdicts_total", commitment=COMMITMENT, status="pass") == 1
+    assert sample(f"{p}verdicts_total", commitment=COMMITMENT, status="pass", reason="") == 1
 
 
 async def test_a_taken_port_keeps_the_metrics_unserved(store: Store) -> None:

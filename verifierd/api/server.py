@@ -23,8 +23,10 @@ from grpc_reflection.v1alpha import reflection
 from veritap.tls import ServerTls, TlsConfigError, require_tls_off_loopback, server_credentials
 from veritap.v1 import verifier_pb2, verifier_pb2_grpc
 
+from verifierd.api.alarm_hub import AlarmHub
 from verifierd.api.errors import ApiError
 from verifierd.api.identity import AdminPolicy
+from verifierd.api.prover_rpcs import ProverSource
 from verifierd.api.rate_window import RateWindow
 from verifierd.api.servicer import VerifierServicer
 from verifierd.api.sources import ServiceSources
@@ -32,6 +34,7 @@ from verifierd.api.tokenizer_cache import TokenizerCache
 from verifierd.api.verdict_hub import VerdictHub
 from verifierd.commitments import CommitmentRegistry
 from verifierd.config import ServiceConfig
+from verifierd.provers.store import ProverTables
 from verifierd.store import Store, StoredVerdict
 from verifierd.weights_cache import WeightsCache
 
@@ -65,12 +68,18 @@ class VerifierServer:
     """A running VerifierService; ``port`` is the bound port."""
 
     def __init__(
-        self, server: grpc.aio.Server, port: int, health_servicer: Any, hub: VerdictHub
+        self,
+        server: grpc.aio.Server,
+        port: int,
+        health_servicer: Any,
+        hub: VerdictHub,
+        alarm_hub: AlarmHub,
     ) -> None:
         self.server = server
         self.port = port
         self._health = health_servicer
         self._hub = hub
+        self._alarm_hub = alarm_hub
 
     @property
     def watchers(self) -> int:
@@ -81,6 +90,7 @@ class VerifierServer:
         """Report NOT_SERVING, end watch streams, let calls finish within ``grace_s``."""
         await self._health.enter_graceful_shutdown()
         self._hub.close()
+        self._alarm_hub.close()
         await self.server.stop(grace_s)
 
     async def wait_for_termination(self) -> None:
@@ -94,12 +104,15 @@ async def start_verifier_service(
     *,
     weights: WeightsCache | None = None,
     sources: ServiceSources | None = None,
+    provers: ProverTables | None = None,
 ) -> VerifierServer:
     """Serve the VerifierService in the running loop; returns once the port is bound.
 
     ``weights`` locates the commitments' tokenizers for GetRecord's token texts;
     ``sources`` lends the intake links, engine pool and VCA figure to GetStats and
-    GetEngines (each may be None: the service then reports what the store knows).
+    GetEngines (each may be None: the service then reports what the store knows);
+    ``provers`` serves ListProvers, GetProver, WatchAlarms and ClearAlarm (None: those
+    answer UNIMPLEMENTED).
     """
     try:
         require_tls_off_loopback(settings.listen, settings.tls)
@@ -114,6 +127,9 @@ async def start_verifier_service(
         hub.publish(batch)
 
     store.add_verdict_listener(on_verdicts)
+    alarm_hub = AlarmHub()
+    if provers is not None:
+        provers.add_alarm_listener(alarm_hub.publish)
     servicer = VerifierServicer(
         store,
         registry,
@@ -122,6 +138,7 @@ async def start_verifier_service(
         hub=hub,
         rate=rate,
         sources=sources or ServiceSources(),
+        provers=None if provers is None else ProverSource(provers, alarm_hub),
     )
     server = grpc.aio.server(
         options=[
@@ -147,9 +164,11 @@ async def start_verifier_service(
             port = server.add_secure_port(settings.listen, credentials)
     except RuntimeError as exc:
         hub.close()
+        alarm_hub.close()
         raise ApiError(f"service: cannot listen on {settings.listen!r}: {exc}") from exc
     if port == 0:
         hub.close()
+        alarm_hub.close()
         raise ApiError(f"service: cannot listen on {settings.listen!r}")
     await server.start()
     await health_servicer.set(VERIFIER_SERVICE_NAME, health_pb2.HealthCheckResponse.SERVING)
@@ -164,4 +183,4 @@ async def start_verifier_service(
             "admin_subjects": sorted(settings.admin_subjects),
         },
     )
-    return VerifierServer(server, port, health_servicer, hub)
+    return VerifierServer(server, port, health_servicer, hub, alarm_hub)

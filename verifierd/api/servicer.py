@@ -1,8 +1,8 @@
 """The VerifierService RPCs over verifierd's store, commitments and daemon state.
 
 Store reads run in worker threads (``asyncio.to_thread``) so a long page scan never
-stalls the daemon's event loop. The two admin actions, SetDifrSettings and
-ClearIntakeAlert, are refused with PERMISSION_DENIED unless the caller's client
+stalls the daemon's event loop. The admin actions, SetDifrSettings,
+ClearIntakeAlert and ClearAlarm, are refused with PERMISSION_DENIED unless the caller's client
 certificate holds the admin role; an accepted change is written with the caller's
 subject to the store's audit log in the same transaction as the change itself.
 """
@@ -24,6 +24,7 @@ from veritap.v1 import ledger_pb2, log_pb2, record_pb2, verifier_pb2, verifier_p
 
 from verifierd.api.errors import PageTokenError
 from verifierd.api.identity import AdminPolicy, Principal, principal_of
+from verifierd.api.prover_rpcs import ProverRpcs, ProverSource
 from verifierd.api.rate_window import RateWindow
 from verifierd.api.record_tokens import scored_tokens
 from verifierd.api.sources import ServiceSources, VcaFigure
@@ -70,6 +71,7 @@ class VerifierServicer(verifier_pb2_grpc.VerifierServiceServicer):
         rate: RateWindow,
         sources: ServiceSources,
         clock: Callable[[], int] = time.time_ns,
+        provers: ProverSource | None = None,
     ) -> None:
         self._store = store
         self._registry = registry
@@ -79,6 +81,7 @@ class VerifierServicer(verifier_pb2_grpc.VerifierServiceServicer):
         self._rate = rate
         self._sources = sources
         self._clock = clock
+        self._provers = None if provers is None else ProverRpcs(provers, self._require_admin)
 
     # -- verdicts -----------------------------------------------------------------------
 
@@ -408,6 +411,37 @@ class VerifierServicer(verifier_pb2_grpc.VerifierServiceServicer):
         except ResumeRefusedError as exc:
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"not cleared: {exc}")
         return verifier_pb2.ClearIntakeAlertResponse(cleared=_cleared_message(cleared))
+
+    # -- provers and their alarms (verifierd.api.prover_rpcs) ----------------------------
+
+    async def _prover_rpcs(self, context: _Context) -> ProverRpcs:
+        if self._provers is None:
+            await context.abort(
+                grpc.StatusCode.UNIMPLEMENTED, "this verifierd keeps no prover tables"
+            )
+        return self._provers
+
+    async def ListProvers(  # noqa: N802
+        self, request: verifier_pb2.ListProversRequest, context: _Context
+    ) -> verifier_pb2.ListProversResponse:
+        return await (await self._prover_rpcs(context)).list_provers(request, context)
+
+    async def GetProver(  # noqa: N802
+        self, request: verifier_pb2.GetProverRequest, context: _Context
+    ) -> verifier_pb2.GetProverResponse:
+        return await (await self._prover_rpcs(context)).get_prover(request, context)
+
+    async def WatchAlarms(  # noqa: N802
+        self, request: verifier_pb2.WatchAlarmsRequest, context: _Context
+    ) -> AsyncIterator[verifier_pb2.WatchAlarmsResponse]:
+        rpcs = await self._prover_rpcs(context)
+        async for response in rpcs.watch_alarms(request, context):
+            yield response
+
+    async def ClearAlarm(  # noqa: N802
+        self, request: verifier_pb2.ClearAlarmRequest, context: _Context
+    ) -> verifier_pb2.ClearAlarmResponse:
+        return await (await self._prover_rpcs(context)).clear_alarm(request, context)
 
     # -- administration -----------------------------------------------------------------
 

@@ -1,11 +1,14 @@
 """verifierd's /metrics as one of the daemon's services.
 
 Exports the commitments this verifier knows (`veritap_commitment_info`), counts every stored
-verdict by commitment and status (with its prefill and scoring time) from
+verdict by commitment, status and reason (with its prefill and scoring time) from
 the store's verdict listener, refreshes the backlog and loaded-engine gauges every
 `POLL_S` seconds, and serves `verifierd.metrics.METRICS` at `[metrics] listen` ("": not
 served). When the address is taken (a second verifierd on the host) the service says so in the
 log and the metrics are still kept, just not served.
+
+The provers' gauges (alarm state, unverifiable share, evidence) are refreshed with the
+backlog, from verifierd.provers' tables.
 """
 
 from __future__ import annotations
@@ -70,6 +73,8 @@ class MetricsService:
         self._backlog_commitments = seen
         loaded = sum(1 for e in self._context.pool.status() if e.state in _LOADED)
         self._metrics.engines_loaded.set(loaded)
+        provers = self._context.provers
+        self._metrics.set_provers(provers.provers(), provers.config.hiding.window_s)
 
     async def _poll(self) -> None:
         while True:

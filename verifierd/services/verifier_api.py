@@ -35,6 +35,7 @@ class VerifierApiService:
                 engines=context.pool,
                 vca=None if meter is None else meter.vca_figure,
             ),
+            provers=context.provers,
         )
 
     async def stop(self) -> None:
