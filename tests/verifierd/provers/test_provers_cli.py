@@ -1,0 +1,118 @@
+"""`verifierd provers list|show` and `verifierd alarms clear` against a real service."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from veritap.signing import Signer
+
+from tests.service_pki import ADMIN_CN, ADMIN_SUBJECT, CertFiles, ServicePki, write_service_pki
+from tests.verifierd.provers.prover_fixtures import (
+    CID,
+    FLOAT32_TAILS,
+    ProverTraffic,
+    dishonest,
+    honest,
+    unverifiable,
+)
+from verifierd.api import ServiceSettings, VerifierServer, start_verifier_service
+from verifierd.cli import build_parser
+from verifierd.commitments import CommitmentRegistry
+from verifierd.config import ProversConfig
+from verifierd.provers.identity import ProverKey
+from verifierd.provers.store import ProverTables
+from verifierd.store import Store
+
+HONEST = ProverKey("edge", "10.0.0.1", 8000)
+CHEAT = ProverKey("edge", "fd00::2", 8000)
+
+
+@dataclass
+class Cli:
+    tables: ProverTables
+    store: Store
+    server: VerifierServer
+    pki: ServicePki
+    capture: pytest.CaptureFixture[str]
+
+    async def run(self, *args: str, who: CertFiles | None = None) -> tuple[int, str, str]:
+        """The command in a worker thread, its output read from pytest's capture."""
+        who = who or self.pki.operator
+        connection = [
+            f"--address=localhost:{self.server.port}",
+            f"--ca={self.pki.ca}",
+            f"--cert={who.cert}",
+            f"--key={who.key}",
+        ]
+        parsed = build_parser().parse_args([*args, *connection])
+        self.capture.readouterr()
+        code = await asyncio.to_thread(parsed.func, parsed)
+        out, err = self.capture.readouterr()
+        return code, out, err
+
+
+@pytest.fixture
+async def cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> AsyncIterator[Cli]:
+    store = Store.open(tmp_path / "store")
+    signer = Signer.generate("verifier-test")
+    tables = ProverTables(store, ProversConfig(), signer)
+    tables.set_honest_tails(CID, FLOAT32_TAILS, actor="calibration")
+    traffic = ProverTraffic(store, signer)
+    now = time.time_ns()  # the service reports the windows at its own clock
+    traffic.send(HONEST, [honest(100, now)] * 3 + [unverifiable("no_seed", now)])
+    traffic.send(CHEAT, [dishonest(50, now)] * 10)
+    pki = write_service_pki(tmp_path / "pki")
+    settings = ServiceSettings(
+        listen="127.0.0.1:0", tls=pki.server_tls(), admin_subjects=frozenset({ADMIN_CN})
+    )
+    server = await start_verifier_service(
+        store, CommitmentRegistry.of([]), settings, provers=tables
+    )
+    yield Cli(tables, store, server, pki, capsys)
+    await server.stop(0)
+    store.close()
+
+
+async def test_list_names_each_prover_with_its_state(cli: Cli) -> None:
+    code, out, err = await cli.run("provers", "list")
+    assert (code, err) == (0, "")
+    lines = {line.split("  ")[0]: line for line in out.splitlines()}
+    assert set(lines) == {HONEST.label, CHEAT.label}
+    assert "ALARM DISHONEST" in lines[CHEAT.label] and "ln E" in lines[CHEAT.label]
+    assert "  ok  " in lines[HONEST.label] and "25.0% unverifiable" in lines[HONEST.label]
+    code, out, _ = await cli.run("provers", "list", "--alarmed", "--json")
+    [line] = out.splitlines()
+    assert code == 0 and json.loads(line)["id"]["server_address"] == "fd00::2"
+
+
+async def test_show_prints_windows_and_alarms(cli: Cli) -> None:
+    code, out, _ = await cli.run("provers", "show", CHEAT.label)
+    assert code == 0
+    assert "FAIL score_over_threshold: 10" in out and "IN FORCE" in out
+    [state] = cli.tables.alarms()
+    assert state.alarm.alarm_id in out and state.alarm.record_ids[0] in out
+    code, out, _ = await cli.run("provers", "show", HONEST.label, "--json")
+    assert code == 0 and json.loads(out)["prover"]["id"]["server_port"] == 8000
+    code, _, err = await cli.run("provers", "show", "edge/10.9.9.9:1")
+    assert code == 1 and "NOT_FOUND" in err
+    code, _, err = await cli.run("provers", "show", "no-port")
+    assert code == 2 and "ORIGIN/ADDRESS:PORT" in err
+
+
+async def test_clear_needs_the_admin_certificate(cli: Cli) -> None:
+    [state] = cli.tables.alarms()
+    clear = ("alarms", "clear", state.alarm.alarm_id, "--reason", "new weights deployed")
+    code, _, err = await cli.run(*clear)
+    assert code == 1 and "PERMISSION_DENIED" in err
+    assert cli.tables.alarms() == [state]
+    code, out, _ = await cli.run(*clear, who=cli.pki.admin)
+    assert code == 0 and "CLEARED" in out and f"by {ADMIN_SUBJECT}: new weights" in out
+    assert cli.tables.alarms() == []
+    code, _, err = await cli.run(*clear, who=cli.pki.admin)
+    assert code == 1 and "NOT_FOUND" in err
