@@ -17,13 +17,14 @@ from __future__ import annotations
 
 import json
 import struct
-import threading
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import lmdb
+from veritap.lmdb_env import LmdbEnv
 
 from verifierd.errors import VerifierdError
 from verifierd.meter.readings import Method, WindowCost
@@ -150,10 +151,9 @@ class CostLog:
     """Append and query BatchCosts. Thread-safe; one open per process (LMDB's rule)."""
 
     def __init__(self, env: lmdb.Environment, readonly: bool) -> None:
-        self._env = env
+        self._lmdb = LmdbEnv(env, name="cost log")
         self._readonly = readonly
         self._db = env.open_db(_DB, create=not readonly)
-        self._write_lock = threading.Lock()
 
     @classmethod
     def open(cls, path: Path, *, readonly: bool = False, map_size: int = 64 << 20) -> CostLog:
@@ -172,7 +172,7 @@ class CostLog:
             raise CostLogError(f"{path} holds no cost log: {exc}") from exc
 
     def close(self) -> None:
-        self._env.close()
+        self._lmdb.close()
 
     def __enter__(self) -> CostLog:
         return self
@@ -184,14 +184,7 @@ class CostLog:
         """Store `cost` (replacing an earlier record of the same batch and traffic end)."""
         if self._readonly:
             raise CostLogError("cost log opened read-only")
-        with self._write_lock:
-            while True:
-                try:
-                    with self._env.begin(write=True, db=self._db) as txn:
-                        txn.put(cost.key(), cost.to_json())
-                    return
-                except lmdb.MapFullError:
-                    self._env.set_mapsize(self._env.info()["map_size"] * 2)
+        self._lmdb.write(lambda txn: txn.put(cost.key(), cost.to_json(), db=self._db))
 
     def between(
         self, from_ns: int, to_ns: int, commitment_id: str | None = None
@@ -200,8 +193,8 @@ class CostLog:
         return list(self._scan(from_ns, to_ns, commitment_id))
 
     def _scan(self, from_ns: int, to_ns: int, commitment_id: str | None) -> Iterator[BatchCost]:
-        with self._env.begin(db=self._db) as txn:
-            cursor = txn.cursor()
+        with self._lmdb.read() as txn:
+            cursor = txn.cursor(db=self._db)
             if not cursor.set_range(_U64.pack(from_ns)):
                 return
             for key, value in cursor:
@@ -215,15 +208,17 @@ class CostLog:
         """Delete batches whose traffic ended before `before_ns`; how many were deleted."""
         if self._readonly:
             raise CostLogError("cost log opened read-only")
+        return self._lmdb.write(partial(self._delete_before, before_ns))
+
+    def _delete_before(self, before_ns: int, txn: lmdb.Transaction[bytes]) -> int:
         deleted = 0
-        with self._write_lock, self._env.begin(write=True, db=self._db) as txn:
-            cursor = txn.cursor()
-            if not cursor.first():
-                return 0
-            while _U64.unpack(bytes(cursor.key()[:8]))[0] < before_ns:
-                if not cursor.delete():
-                    break
-                deleted += 1
-                if not cursor.key():
-                    break
+        cursor = txn.cursor(db=self._db)
+        if not cursor.first():
+            return 0
+        while _U64.unpack(bytes(cursor.key()[:8]))[0] < before_ns:
+            if not cursor.delete():
+                break
+            deleted += 1
+            if not cursor.key():
+                break
         return deleted

@@ -1,9 +1,9 @@
 """Many LMDB read transactions at once, or one map resize with none in flight.
 
 LMDB may only change its map size while the process has no transaction
-open; `ReadGate` makes readers and the resizer take turns. The collector's
-log and verifierd's store both grow their maps through it, and both adopt,
-through `transaction`, a map another process grew.
+open; `ReadGate` makes readers and the resizer take turns, and `transaction`
+adopts a map another process grew. `veritap.lmdb_env.LmdbEnv` puts every
+transaction of an environment through one gate and grows the map with it.
 """
 
 from __future__ import annotations
