@@ -6,7 +6,9 @@ operator knows to be honest, e.g. captured from a reference deployment of the
 committed model — recomputes them on the commitment's engine without clipping,
 and applies verifierd.calibration's rule for the target false-positive rate.
 Prints the result; ``--apply`` stores it as the commitment's settings (audited, as
-SetDifrSettings would), ``--write FILE`` writes a new commitment file with it.
+SetDifrSettings would) together with its honest tails, the null of the provers'
+sequential tests (verifierd.provers.honest_tails); ``--write FILE`` writes a new
+commitment file with it.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from verifierd.calibration import Calibration, calibrate
 from verifierd.commitments import Commitment, CommitmentRegistry, write_commitment
 from verifierd.config import load_config
 from verifierd.errors import VerifierdError
+from verifierd.provers.honest_tails import store_honest_tails
 from verifierd.store import Store
 from verifierd.weights_cache import WeightsCache
 
@@ -99,6 +102,12 @@ def run(args: argparse.Namespace) -> int:
                 store.set_difr_override(
                     commitment.commitment_id,
                     result.settings.to_proto(),
+                    actor="verifierd calibrate",
+                )
+                store_honest_tails(
+                    store,
+                    commitment.commitment_id,
+                    result.honest_tails,
                     actor="verifierd calibrate",
                 )
                 sys.stdout.write(f"applied to {commitment.commitment_id}\n")

@@ -47,6 +47,8 @@ from verifierd.provers.alarms import (
     new_alarm,
     sign_alarm,
 )
+from verifierd.provers.honest_tails import DB_NAME as HONEST_TAILS_DB
+from verifierd.provers.honest_tails import decode_tails, store_honest_tails
 from verifierd.provers.identity import ProverKey, prover_of_envelope
 from verifierd.provers.sequential import HonestTails, SequentialState, SequentialTest
 from verifierd.provers.tally import Tally, verdict_margins
@@ -61,7 +63,7 @@ _DBS = (
     "prover_evidence",
     "prover_alarms",
     "prover_alarm_slots",
-    "honest_tails",
+    HONEST_TAILS_DB,
 )
 _U32 = struct.Struct(">I")
 _U64 = struct.Struct(">Q")
@@ -153,37 +155,20 @@ class ProverTables:
     # -- honest tails -------------------------------------------------------------------
 
     def set_honest_tails(self, commitment_id: str, tails: HonestTails, *, actor: str) -> None:
-        """Store what calibration measured of a commitment's honest margins: its provers'
-        tests start from it (a test already running keeps the tails it started with)."""
-        raw = json.dumps(asdict(tails), sort_keys=True).encode()
-
-        def body(txn: lmdb.Transaction) -> None:
-            txn.put(commitment_id.encode(), raw, db=self._dbs["honest_tails"])
-            self._store.audit_in(
-                txn,
-                actor,
-                "set_honest_tails",
-                {"commitment_id": commitment_id, "tokens": tails.tokens},
-            )
-
-        self._store.write_transaction(body)
+        """:func:`verifierd.provers.honest_tails.store_honest_tails` (audited)."""
+        store_honest_tails(
+            self._store, commitment_id, tails, actor=actor, db=self._dbs[HONEST_TAILS_DB]
+        )
 
     def _test_for(self, txn: lmdb.Transaction, commitment_id: str) -> SequentialTest | None:
-        raw = txn.get(commitment_id.encode(), db=self._dbs["honest_tails"])
+        raw = txn.get(commitment_id.encode(), db=self._dbs[HONEST_TAILS_DB])
         if raw is None:
             return None
         raw = bytes(raw)
         if raw not in self._tests:
-            data = json.loads(raw)
-            tails = HonestTails(
-                delta_max=float(data["delta_max"]),
-                tokens=int(data["tokens"]),
-                levels=tuple(data["levels"]),
-                exceedances=tuple(data["exceedances"]),
-            )
             try:
                 self._tests[raw] = SequentialTest.from_honest(
-                    tails, false_alarm_per_day=self._config.false_alarm_per_day
+                    decode_tails(raw), false_alarm_per_day=self._config.false_alarm_per_day
                 )
             except sequential.SequentialTestError as exc:
                 log.error(

@@ -1,0 +1,30 @@
+"""Honest tails are stored with an audit event, and read back as they were measured."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from verifierd.provers.honest_tails import decode_tails, encode_tails, store_honest_tails
+from verifierd.provers.sequential import HonestTails
+from verifierd.store import Store
+
+
+def test_tails_round_trip_and_are_audited(tmp_path: Path) -> None:
+    margins = [np.array([0.0, 0.0, 3e-3, np.inf]), np.array([0.0, 2e-5])]
+    tails = HonestTails.from_margins(margins, 5.0)
+    assert decode_tails(encode_tails(tails)) == tails
+    store = Store.open(tmp_path / "store")
+    try:
+        store_honest_tails(store, "ab" * 32, tails, actor="verifierd calibrate")
+        with store.read_transaction() as txn:
+            raw = txn.get(("ab" * 32).encode(), db=store.open_db("honest_tails"))
+        assert raw is not None and decode_tails(bytes(raw)) == tails
+        [event] = store.audit_log()
+        assert (event.actor, event.action) == ("verifierd calibrate", "set_honest_tails")
+        detail = json.loads(event.detail)
+        assert detail["exceedances"] == list(tails.exceedances) and detail["tokens"] == 6
+    finally:
+        store.close()

@@ -1,0 +1,62 @@
+"""Each commitment's honest tails: what calibration measured of its honest margins.
+
+They are the null hypothesis of the sequential test of every prover serving the
+commitment (verifierd.provers.sequential). `verifierd calibrate --apply` stores them
+beside the settings it applies, audited; a prover's test starts from the tails stored
+when it starts (at first sight, or after an admin cleared its alarm). Without tails no
+test runs: nothing accuses a prover before calibration says what honest looks like.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from typing import Any
+
+import lmdb
+
+from verifierd.provers.sequential import HonestTails
+from verifierd.store import Store
+
+#: The named database: commitment id (hex) -> HonestTails JSON.
+DB_NAME = "honest_tails"
+
+
+def encode_tails(tails: HonestTails) -> bytes:
+    return json.dumps(asdict(tails), sort_keys=True).encode()
+
+
+def decode_tails(raw: bytes) -> HonestTails:
+    data = json.loads(raw)
+    return HonestTails(
+        delta_max=float(data["delta_max"]),
+        tokens=int(data["tokens"]),
+        levels=tuple(float(c) for c in data["levels"]),
+        exceedances=tuple(int(n) for n in data["exceedances"]),
+    )
+
+
+def store_honest_tails(
+    store: Store, commitment_id: str, tails: HonestTails, *, actor: str, db: Any = None
+) -> None:
+    """Store a commitment's tails and the audit event in one transaction (``db``: the
+    database handle when the caller opened it already)."""
+    handle = store.open_db(DB_NAME) if db is None else db
+    raw = encode_tails(tails)
+
+    def body(txn: lmdb.Transaction) -> None:
+        txn.put(commitment_id.encode(), raw, db=handle)
+        store.audit_in(
+            txn,
+            actor,
+            "set_honest_tails",
+            {
+                "commitment_id": commitment_id,
+                "tokens": tails.tokens,
+                "delta_max": tails.delta_max,
+                "levels": list(tails.levels),
+                "exceedances": list(tails.exceedances),
+            },
+        )
+
+    store.write_transaction(body)
