@@ -50,6 +50,12 @@ until the client side passes its time or ends, since a request may be held up
 behind a hole in the other direction. Requests and their start times are kept
 in lists bisected by time, so each decision costs O(log n).
 
+Ambiguous byte ranges (`on_ambiguous`: copies that differ) mark the messages
+that hold them, by stream offset: a message in progress or not begun when its
+bytes arrive, and a finished one whose exchange is not emitted yet (a request
+waiting for its answer). A range inside messages already emitted is counted
+(`late_ambiguities`) and marks no other message.
+
 Known limit: "one at a time" is an assumption. A client that pipelines while
 the messages that would show it are lost, and loses as many more responses as
 it has requests hidden ahead, can still get a response paired with the request
@@ -117,6 +123,8 @@ class HttpStats:
     pipelined_connections: int = 0
     upgraded: int = 0
     skipped_bytes: int = 0
+    #: Differing copies of bytes whose records were already emitted (counted, nothing marked).
+    late_ambiguities: int = 0
 
 
 class _Slot:
@@ -153,6 +161,15 @@ def _visible(position: int) -> bool:
 
 def _index(position: int) -> int:
     return position // 2
+
+
+def _overlaps(message: RequestMessage | ResponseMessage, ambiguity: StreamAmbiguity) -> bool:
+    start, end = message.stream_span
+    return ambiguity.start < end and ambiguity.end > start
+
+
+def _marked(message: _Message, ambiguity: StreamAmbiguity) -> _Message:
+    return replace(message, ambiguities=(*message.ambiguities, ambiguity))
 
 
 class Connection(RequestListener, ResponseListener):
@@ -202,8 +219,13 @@ class Connection(RequestListener, ResponseListener):
         self._server_ended = False
         self._client_midstream = False
         self._first_request_ts: int | None = None
-        # Ambiguous byte ranges per direction, for the next message that direction finishes.
+        # Ambiguous byte ranges per direction not in a finished message yet.
         self._ambiguous: tuple[list[StreamAmbiguity], list[StreamAmbiguity]] = ([], [])
+        # Stream positions per direction: what `on_data` and `on_gap` gave so far, where
+        # the latest piece of data began, and where the message in progress may begin.
+        self._fed = [0, 0]
+        self._piece_start = [0, 0]
+        self._open_from = [0, 0]
         self._server_lost = False
         stats.connections += 1
 
@@ -221,16 +243,23 @@ class Connection(RequestListener, ResponseListener):
                 self._mark_server(0, Loss.SOME)
 
     def on_data(self, direction: int, data: bytes, ts_ns: int) -> None:
-        if direction == CLIENT_TO_SERVER:
-            self.client.feed(data, ts_ns)
-        else:
-            self.server.feed(data, ts_ns)
+        fed = self._fed
+        start = self._piece_start[direction] = fed[direction]
+        fed[direction] = start + len(data)
+        reader: MessageReader = self.client if direction == CLIENT_TO_SERVER else self.server
+        reader.feed(data, ts_ns)
+        if not reader.in_message:
+            self._open_from[direction] = fed[direction]
 
     def on_gap(self, direction: int, length: int, ts_ns: int) -> None:
         reader: MessageReader = self.client if direction == CLIENT_TO_SERVER else self.server
         at_boundary = reader.at_message_boundary
         lost_before, finished_before = reader.lost_between_messages, reader.messages
+        self._piece_start[direction] = self._fed[direction]
+        self._fed[direction] += length
         reader.gap(length, ts_ns)
+        if not reader.in_message:
+            self._open_from[direction] = self._fed[direction]
         between = reader.lost_between_messages > lost_before or reader.messages > finished_before
         loss = (
             Loss.AT_LEAST_ONE
@@ -246,7 +275,14 @@ class Connection(RequestListener, ResponseListener):
             self._mark_server(reader.messages if between else reader.messages + 1, loss)
 
     def on_ambiguous(self, ambiguity: StreamAmbiguity, ts_ns: int) -> None:
-        self._ambiguous[ambiguity.direction].append(ambiguity)
+        """Mark the messages that hold the range: finished ones whose records are not
+        emitted yet now, the one in progress (and later ones) when they finish. A range
+        inside messages already emitted is counted (`late_ambiguities`), marking nothing."""
+        open_from = self._open_from[ambiguity.direction]
+        if ambiguity.start < open_from and not self._mark_finished(ambiguity):
+            self._stats.late_ambiguities += 1
+        if ambiguity.end > open_from:
+            self._ambiguous[ambiguity.direction].append(ambiguity)
 
     def on_end(self, direction: int, reason: str, ts_ns: int) -> None:
         if direction == CLIENT_TO_SERVER:
@@ -348,19 +384,43 @@ class Connection(RequestListener, ResponseListener):
             self._stats.pipelined_connections += 1
 
     def _with_ambiguities(self, direction: int, message: _Message) -> _Message:
-        """`message` with the ambiguous ranges its direction reported since the last one.
+        """`message`, just finished, with its stream span and the ambiguous ranges in it.
 
         The reassembler reports a range before delivering its bytes, or as soon as a
-        differing copy of delivered bytes arrives; either way the message in progress,
-        or the next one, holds them. (A copy that differs from a message already
-        finished marks the next message instead: conservative, never `complete`.)
+        differing copy of delivered bytes arrives (`on_ambiguous`). The message spans
+        from the end of the previous one (where the piece that finished it began, or
+        where its direction stood when no message was in progress) to the end of the
+        piece that finished it: a range in a piece two messages share marks both.
         """
+        span = (self._open_from[direction], self._fed[direction])
+        self._open_from[direction] = self._piece_start[direction]
         pending = self._ambiguous[direction]
         if not pending:
-            return message
-        found = tuple(pending)
-        pending.clear()
-        return replace(message, ambiguities=message.ambiguities + found)
+            return replace(message, stream_span=span)
+        found = tuple(a for a in pending if a.start < span[1])
+        pending[:] = [a for a in pending if a.start >= span[1]]
+        return replace(message, stream_span=span, ambiguities=message.ambiguities + found)
+
+    def _mark_finished(self, ambiguity: StreamAmbiguity) -> bool:
+        """Add `ambiguity` to the finished messages not emitted yet that it overlaps;
+        whether there was one."""
+        marked = False
+        unemitted = self._requests[self._first - self._base :]
+        if ambiguity.direction == CLIENT_TO_SERVER:
+            for slot in unemitted:
+                if slot.request is not None and _overlaps(slot.request, ambiguity):
+                    slot.request = _marked(slot.request, ambiguity)
+                    marked = True
+            return marked
+        for slot in unemitted:
+            if slot.response is not None and _overlaps(slot.response, ambiguity):
+                slot.response = _marked(slot.response, ambiguity)
+                marked = True
+        for at, pending in enumerate(self._waiting):
+            if _overlaps(pending.response, ambiguity):
+                self._waiting[at] = replace(pending, response=_marked(pending.response, ambiguity))
+                marked = True
+        return marked
 
     # -- pairing -----------------------------------------------------------
 

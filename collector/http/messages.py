@@ -58,6 +58,9 @@ class RequestMessage:
     problems: tuple[Problem, ...]
     #: Byte ranges of this message's stream seen in more than one version (see `exchange`).
     ambiguities: tuple[StreamAmbiguity, ...] = ()
+    #: Stream offsets [start, end) that hold the message (bounds: a message that shares a
+    #: segment with its neighbour is given the whole segment).
+    stream_span: tuple[int, int] = (0, 0)
 
     def header(self, name: str) -> str | None:
         """The first header called `name` (case-insensitive)."""
@@ -82,6 +85,7 @@ class ResponseMessage:
     sse_events: tuple[SseEvent, ...]
     is_sse: bool
     ambiguities: tuple[StreamAmbiguity, ...] = ()
+    stream_span: tuple[int, int] = (0, 0)
 
     def header(self, name: str) -> str | None:
         lowered = name.lower()

@@ -167,6 +167,11 @@ class MessageReader(ABC):
         """In step and between messages: bytes lost now hold the next message's start."""
         return self._state == _IDLE and self._synced
 
+    @property
+    def in_message(self) -> bool:
+        """A message has begun and not ended (its bytes so far belong to it)."""
+        return self._msg is not None
+
     def start(self, midstream: bool) -> None:
         """The stream begins; `midstream`: its first byte is not the connection's first."""
         if midstream:

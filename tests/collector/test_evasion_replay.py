@@ -212,3 +212,50 @@ def test_an_ambiguous_record_holds_the_hash_of_each_version() -> None:
         hashlib.sha256(first.payload).digest(),
         hashlib.sha256(retransmission.payload).digest(),
     ]
+
+
+def _records_of(
+    conv: Conversation, packets: list[Packet], *, late: int = 0
+) -> list[record_pb2.InferenceRecord]:
+    """The records of `packets` (one differing copy among them; `late`: how many copies came
+    after their message's record was emitted)."""
+    records: list[record_pb2.InferenceRecord] = []
+    pipeline = CapturePipeline(CollectorConfig(origin="test.local/c"), records.append)
+    for packet in sorted(packets, key=lambda p: p.ts):
+        pipeline.frame(int(packet.ts * 1e9), 1, frame(conv, packet))
+    pipeline.finish()
+    assert pipeline.summary().reassembly.overlap_conflicts == 1
+    assert pipeline.http_stats.late_ambiguities == late
+    return records
+
+
+def test_a_late_differing_copy_of_a_request_marks_that_request_not_the_next() -> None:
+    first, second = chat("first", 30), chat("second", 30)
+    conv = Conversation().handshake()
+    (request,) = conv.send(CLIENT, first.request())
+    response = first.response()
+    head, *_rest = conv.send(SERVER, response, sizes=[300, len(response)])
+    conv.send(CLIENT, second.request())
+    conv.send(SERVER, second.response())
+    conv.close()
+    # The request was read whole; a copy with other bytes arrives while its answer streams.
+    late = replace(forged(request), ts=head.ts + 0.00001)
+    one, two = _records_of(conv, [*conv.packets, late])
+    assert one.quality == record_pb2.CAPTURE_QUALITY_AMBIGUOUS
+    (ambiguity,) = one.ambiguities
+    assert ambiguity.from_client and ambiguity.stream_offset == 0
+    assert ambiguity.length == len(request.payload)
+    assert two.quality == record_pb2.CAPTURE_QUALITY_COMPLETE and not two.ambiguities
+
+
+def test_a_differing_copy_after_its_record_was_emitted_marks_no_other_record() -> None:
+    first, second = chat("first", 30), chat("second", 30)
+    conv = Conversation().handshake()
+    conv.send(CLIENT, first.request())
+    answer = conv.send(SERVER, first.response())
+    (request,) = conv.send(CLIENT, second.request())
+    conv.send(SERVER, second.response())
+    conv.close()
+    late = replace(forged(answer[0]), ts=request.ts + 0.00001)
+    records = _records_of(conv, [*conv.packets, late], late=1)
+    assert [r.quality for r in records] == [record_pb2.CAPTURE_QUALITY_COMPLETE] * 2

@@ -17,7 +17,7 @@ from collector.config import load_config
 from collector.http.exchange import Connection, HttpStats
 from collector.http.messages import Exchange, ProblemKind
 from collector.http.reader import HttpLimits
-from collector.tcp_reassembly import CLIENT_TO_SERVER, SERVER_TO_CLIENT, FlowInfo
+from collector.tcp_reassembly import CLIENT_TO_SERVER, SERVER_TO_CLIENT, FlowInfo, StreamAmbiguity
 from tests.cpu_bound import budget, cpu_bound
 
 FLOW = FlowInfo(4, b"\x0a\x00\x00\x01", 40000, b"\x0a\x00\x00\x02", 8000, (), 0)
@@ -494,6 +494,29 @@ def test_sse_caps_below_their_minimum_are_refused_by_name(tmp_path: Path, toml: 
     path.write_text(f"[http]\n{toml}\n")
     with pytest.raises(ConfigError, match=toml.split(maxsplit=1)[0]):
         load_config(path)
+
+
+def test_an_ambiguity_marks_the_messages_whose_bytes_it_covers() -> None:
+    """Reported ahead of its bytes, or late while the record waits for its answer, a range
+    marks the message that holds it, never the one finishing at the time."""
+    h = Harness()
+    one, two = req(b'{"n": 1}'), req(b'{"n": 2}')
+    h.send(C, one[:10])
+    ahead = StreamAmbiguity(C, len(one) + 3, len(one) + 6, (b"a", b"b"))
+    h.conn.on_ambiguous(ahead, h.ts)  # a buffered copy of request two's bytes conflicts
+    h.send(C, one[10:])
+    h.send(C, two)
+    late = StreamAmbiguity(C, 2, 4, (b"c", b"d"))  # request one is whole, still unanswered
+    h.conn.on_ambiguous(late, h.ts)
+    h.send(S, resp(b"1") + resp(b"2"))
+    answered = StreamAmbiguity(S, 0, 4, (b"e", b"f"))  # after its record was emitted
+    h.conn.on_ambiguous(answered, h.ts)
+    first, second = h.close()
+    assert first.request is not None and first.request.ambiguities == (late,)
+    assert second.request is not None and second.request.ambiguities == (ahead,)
+    assert first.response is not None and second.response is not None
+    assert first.response.ambiguities == second.response.ambiguities == ()
+    assert h.stats.late_ambiguities == 1
 
 
 def _traffic() -> tuple[bytes, bytes]:
