@@ -64,7 +64,8 @@ class PipelineSummary:
             f"appended        {appended}" + (f" (failed {failed})" if failed else ""),
             f"not recorded    {self.http.not_recorded} exchanges on unknown paths",
             f"gaps            {r.gaps} ({r.gap_bytes} bytes), "
-            f"conflicting overlaps {r.overlap_conflicts}",
+            f"conflicting overlaps {r.overlap_conflicts} "
+            f"({self.http.late_ambiguities} after their record)",
             f"not trusted     bad checksums {d.bad_ip_checksum + d.bad_tcp_checksum}, "
             f"bad IP lengths {d.bad_length}, TTL changes {r.ttl_departures}, ignored "
             f"RST {r.ignored_resets} FIN {r.ignored_fins} SYN {r.ignored_syns}, "

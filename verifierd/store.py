@@ -44,7 +44,6 @@ from __future__ import annotations
 import json
 import logging
 import struct
-import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -53,7 +52,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import lmdb
-from veritap.read_gate import MapKeepsGrowingError, ReadGate
+from veritap.lmdb_env import LmdbEnv, MapGrowthError
+from veritap.read_gate import MapKeepsGrowingError
 from veritap.v1 import log_pb2, verifier_pb2
 
 from verifierd.errors import VerifierdError
@@ -237,8 +237,7 @@ class Store:
     def __init__(self, env: lmdb.Environment) -> None:
         self._env = env
         self._dbs = {name: env.open_db(name.encode()) for name in _DBS}
-        self._write_lock = threading.Lock()
-        self._gate = ReadGate()
+        self._lmdb = LmdbEnv(env, name="store")
         self._listeners: list[Callable[[Sequence[StoredVerdict]], None]] = []
         self._verdict_hooks: list[VerdictHook] = []
         self._audit_number = 0
@@ -263,7 +262,7 @@ class Store:
         return store
 
     def close(self) -> None:
-        self._env.close()
+        self._lmdb.close()
 
     def _check_format(self) -> None:
         def check(txn: lmdb.Transaction) -> None:
@@ -283,29 +282,19 @@ class Store:
 
     # -- transactions -------------------------------------------------------------------
 
+    # Both under the gate; a map grown by another process (`verifierd calibrate --apply`,
+    # say) is adopted first, and a full map is grown (veritap.lmdb_env).
+
     def _write(self, body: Callable[[lmdb.Transaction], T]) -> T:
-        with self._write_lock:
-            while True:
-                try:
-                    with self._transaction(write=True) as txn:
-                        return body(txn)
-                except lmdb.MapFullError:
-                    with self._gate.exclusive():
-                        size = self._env.info()["map_size"] * 2
-                        self._env.set_mapsize(size)
-                    log.info("store map grown", extra={"map_size": size})
+        try:
+            return self._lmdb.write(body)
+        except (MapKeepsGrowingError, MapGrowthError) as exc:
+            raise StoreError(str(exc)) from exc
 
     @contextmanager
     def _read(self) -> Iterator[lmdb.Transaction]:
-        with self._transaction(write=False) as txn:
-            yield txn
-
-    @contextmanager
-    def _transaction(self, *, write: bool) -> Iterator[lmdb.Transaction]:
-        """Under the gate; a map grown by another process (`verifierd calibrate --apply`,
-        say) is adopted first."""
         try:
-            with self._gate.transaction(self._env, write=write) as txn:
+            with self._lmdb.read() as txn:
                 yield txn
         except MapKeepsGrowingError as exc:
             raise StoreError(str(exc)) from exc
