@@ -3,9 +3,9 @@
     veritap-tui --verifier 10.0.0.5:50061 --collector edge-1=10.0.0.7:50051 \
                 --ca ca.pem --cert operator.pem --key operator.key
 
-Keys: 1-6 switch screens (Overview, Pending, Verdicts, Failures, Models, Settings), Enter
-opens a record, Escape goes back, r refreshes, q quits. Built for an 80x24 terminal over
-SSH; everything comes from the daemons over gRPC (tui.client).
+Keys: 1-7 switch screens (Overview, Pending, Verdicts, Failures, Models, Settings,
+Provers), Enter opens a record, Escape goes back, r refreshes, q quits. Built for an
+80x24 terminal over SSH; everything comes from the daemons over gRPC (tui.client).
 """
 
 from __future__ import annotations
@@ -25,11 +25,12 @@ from veritap.tls import ClientTls, TlsConfigError
 from veritap.version import package_version
 
 from tui.client import ConsoleClient, Endpoint, Health
-from tui.live_verdicts import LiveVerdicts
+from tui.live_stream import LiveStream
 from tui.screens.failures import FailuresScreen
 from tui.screens.models import ModelsScreen
 from tui.screens.overview import OverviewScreen
 from tui.screens.pending import PendingScreen
+from tui.screens.provers import ProversScreen
 from tui.screens.record import RecordScreen
 from tui.screens.settings import SettingsScreen
 from tui.screens.verdicts import VerdictsScreen
@@ -49,6 +50,7 @@ class VeritapConsole(App[None]):
         "failures": FailuresScreen,
         "models": ModelsScreen,
         "settings": SettingsScreen,
+        "provers": ProversScreen,
     }
     BINDINGS: ClassVar[list[BindingType]] = [
         *(
@@ -65,13 +67,16 @@ class VeritapConsole(App[None]):
         super().__init__()
         self.client = client
         self.refresh_s = refresh_s
-        self.live = LiveVerdicts()
+        self.live = LiveStream(client.watch)
+        #: Prover alarms as they are raised and cleared (WatchAlarms).
+        self.alarms = LiveStream(client.watch_alarms)
         self._down: dict[str, str] = {}
 
     def on_mount(self) -> None:
         self.client.add_health_listener(self._health)
         self.switch_mode("overview")
-        self.run_worker(self.live.run(self.client), name="watch-verdicts", group="watch")
+        self.run_worker(self.live.run(), name="watch-verdicts", group="watch")
+        self.run_worker(self.alarms.run(), name="watch-alarms", group="watch")
 
     async def on_unmount(self) -> None:
         await self.client.aclose()

@@ -206,6 +206,42 @@ class ConsoleClient:
             call.cancel()
         raise DaemonUnavailableError(self.verifier.name, "stream ended")
 
+    async def watch_alarms(
+        self, on_ready: Callable[[], None]
+    ) -> AsyncIterator[verifier_pb2.AlarmState]:
+        """The prover alarms in force, then each one raised or cleared as it happens;
+        ``on_ready`` runs once subscribed. Raises as :meth:`watch` does."""
+        call = self._verifier().WatchAlarms(verifier_pb2.WatchAlarmsRequest())
+        try:
+            await self._call(self.verifier, call.initial_metadata())
+            on_ready()
+            async for response in call:
+                yield response.alarm
+        except grpc.aio.AioRpcError as exc:
+            raise self._failure(self.verifier, exc) from None
+        finally:
+            call.cancel()
+        raise DaemonUnavailableError(self.verifier.name, "stream ended")
+
+    async def provers(self, *, alarmed_only: bool = False) -> list[verifier_pb2.Prover]:
+        stub = self._verifier()
+        response = await self._call(
+            self.verifier,
+            stub.ListProvers(
+                verifier_pb2.ListProversRequest(alarmed_only=alarmed_only),
+                timeout=self._timeout_s,
+            ),
+        )
+        return list(response.provers)
+
+    async def prover(self, prover: verifier_pb2.ProverId) -> verifier_pb2.GetProverResponse:
+        """One prover in full: its windows, the test statistic over time, every alarm."""
+        stub = self._verifier()
+        return await self._call(
+            self.verifier,
+            stub.GetProver(verifier_pb2.GetProverRequest(id=prover), timeout=self._timeout_s),
+        )
+
     async def record(self, record_id: str, origin: str) -> RecordDetail:
         stub = self._verifier()
         found = await self._call(

@@ -17,6 +17,7 @@ from veritap.v1 import record_pb2, verifier_pb2
 
 _STATUS_PREFIX = "VERDICT_STATUS_"
 _ENGINE_PREFIX = "ENGINE_STATE_"
+_ALARM_PREFIX = "ALARM_KIND_"
 
 
 def shown(text: str, style: str = "") -> Text:
@@ -111,3 +112,32 @@ def prompt_text(record: record_pb2.InferenceRecord) -> str:
     if isinstance(prompt, str):
         return prompt
     return json.dumps(prompt, ensure_ascii=False)
+
+
+def prover_label(prover: verifier_pb2.ProverId) -> str:
+    """``origin/address:port`` (``[v6]:port`` for IPv6), as verifierd's CLI and metrics
+    name a prover."""
+    address = prover.server_address
+    host = f"[{address}]" if ":" in address else address
+    return f"{prover.origin}/{host}:{prover.server_port}"
+
+
+def alarm_kind_name(kind: verifier_pb2.AlarmKind.ValueType) -> str:
+    """DISHONEST or HIDING (from AlarmKind)."""
+    return verifier_pb2.AlarmKind.Name(kind).removeprefix(_ALARM_PREFIX)
+
+
+def alarm_line(alarm: verifier_pb2.ProverAlarm) -> str:
+    """What an alarm says, in one line: kind, reason, when, and the evidence against its
+    bound (the test statistic, or the unverifiable share over its window)."""
+    raised = f"{utc_time(alarm.raised_at_ns)} UTC"
+    if alarm.kind == verifier_pb2.ALARM_KIND_HIDING:
+        window = age(alarm.window_s * 1_000_000_000)
+        return (
+            f"HIDING {alarm.reason}: {alarm.statistic:.0%} of verdicts over {window} "
+            f"> {alarm.bound:.0%}, since {raised}"
+        )
+    return (
+        f"{alarm_kind_name(alarm.kind)}: ln e {alarm.statistic:.1f} ≥ {alarm.bound:.1f} "
+        f"after {count(alarm.pooled_tokens)} tokens, since {raised}"
+    )

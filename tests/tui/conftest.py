@@ -36,3 +36,13 @@ def hostile_daemons(tmp_path: Path) -> Iterator[Daemons]:
     running.start()
     yield running
     running.close()
+
+
+@pytest.fixture
+def prover_daemons(tmp_path: Path) -> Iterator[Daemons]:
+    """As ``fixed_daemons``, with prover tables: an honest prover and a dishonest one whose
+    alarm is in force."""
+    running = Daemons(tmp_path, intake=False, provers=True)
+    running.start()
+    yield running
+    running.close()

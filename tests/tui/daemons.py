@@ -7,6 +7,10 @@ recorded outcome (signed verdict or a place in the queue), so the console sees w
 would see on an appliance that verified this traffic. The console under test runs in the
 test's own loop (or in App.run's), like an operator's terminal beside the daemons.
 
+With ``provers=True`` verifierd also keeps prover tables (on a fixed clock) holding, beside
+the recorded traffic's prover, an honest prover and a dishonest one whose sequential test
+raised an alarm (tests.verifierd.provers.prover_fixtures), and serves them.
+
 The collector's log stamps each entry with the time it was appended, so entry hashes
 differ from run to run. Snapshot tests of screens that show them start the daemons with
 ``intake=False``: verifierd's store then receives the same records as a log with fixed
@@ -29,28 +33,45 @@ from collector.ledger.config import LedgerConfig
 from collector.ledger.server import LedgerServer, start_ledger_service
 from collector.log import Log
 from tests.recorded_traffic import (
+    BASE_NS,
     EXCHANGES,
     ORIGIN,
     PASS,
+    SECOND,
     Exchange,
-    chained_envelopes,
     classify_inbox,
     collector_signer,
     install_committed_model,
     make_record,
+    store_as_log,
     verdict_for,
     verifier_signer,
 )
 from tests.service_pki import ADMIN_SUBJECT, VERIFIER_CN, CertFiles, write_service_pki
+from tests.verifierd.provers.prover_fixtures import (
+    CID,
+    FLOAT32_TAILS,
+    Outcome,
+    ProverTraffic,
+    dishonest,
+    honest,
+)
 from tui.client import ConsoleClient, Endpoint
 from verifierd.api import ServiceSettings, ServiceSources, VerifierServer, start_verifier_service
 from verifierd.commitments import CommitmentRegistry
-from verifierd.config import CollectorConfig, Config
+from verifierd.config import CollectorConfig, Config, ProversConfig
 from verifierd.intake import Intake
+from verifierd.provers.identity import ProverKey
+from verifierd.provers.store import ProverTables
 from verifierd.store import Store, VerdictWrite
 from verifierd.verdicts import sign_verdict
 
 T = TypeVar("T")
+
+#: The prover tables' clock, and the provers they judge beside the recorded traffic's.
+PROVERS_NOW_NS = BASE_NS + 3600 * SECOND
+HONEST_PROVER = ProverKey("edge-2.lab", "10.20.2.7", 8000)
+DISHONEST_PROVER = ProverKey("edge-2.lab", "fd00::9", 8000)
 
 #: How the console names the daemons.
 VERIFIER_NAME = "verifierd"
@@ -60,7 +81,12 @@ _TIMEOUT_S = 60.0
 
 class Daemons:
     def __init__(
-        self, root: Path, *, intake: bool = True, exchanges: Sequence[Exchange] = EXCHANGES
+        self,
+        root: Path,
+        *,
+        intake: bool = True,
+        exchanges: Sequence[Exchange] = EXCHANGES,
+        provers: bool = False,
     ) -> None:
         self.root = root
         self._with_intake = intake
@@ -73,6 +99,13 @@ class Daemons:
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
         self._thread.start()
         self.store = Store.open(root / "verifier" / "store")
+        self.provers: ProverTables | None = None
+        if provers:
+            self.provers = ProverTables(
+                self.store, ProversConfig(), self.signer, clock=lambda: PROVERS_NOW_NS
+            )
+            self.provers.set_honest_tails(CID, FLOAT32_TAILS, actor="calibration")
+        self._prover_traffic = ProverTraffic(self.store, self.signer)
         self.log: Log | None = None
         self.ledger: LedgerServer | None = None
         self.intake: Intake | None = None
@@ -103,6 +136,8 @@ class Daemons:
         )
         await self._start_ledger(0)
         assert self.ledger is not None
+        if self.provers is not None:
+            await asyncio.to_thread(self._judge_provers)
         if not self._with_intake:
             await asyncio.to_thread(self._replay_into_store)
             await self._start_verifier(0)
@@ -124,7 +159,7 @@ class Daemons:
         self.intake = Intake(self.store, config)
         await self.intake.start()
         deadline = time.monotonic() + _TIMEOUT_S
-        while self.store.cursor(ORIGIN).seq < len(self.exchanges) or not self._streaming():
+        while self._judgeable() < len(self.exchanges) or not self._streaming():
             if time.monotonic() > deadline:
                 raise AssertionError("the intake did not catch up with the collector")
             await asyncio.sleep(0.05)
@@ -133,10 +168,24 @@ class Daemons:
         )
         await self._start_verifier(0)
 
+    def _judgeable(self) -> int:
+        """How many entries a verified checkpoint in the store covers."""
+        checkpoint = self.store.cursor(ORIGIN).checkpoint
+        return 0 if checkpoint is None else checkpoint.tree_size
+
+    def _judge_provers(self) -> None:
+        """Verdicts about an honest and a dishonest prover, a second apart."""
+        at = [BASE_NS + n * SECOND for n in range(12)]
+        self.judge(HONEST_PROVER, [honest(100, t) for t in at])
+        self.judge(DISHONEST_PROVER, [dishonest(50, t) for t in at])
+
+    def judge(self, prover: ProverKey, outcomes: Sequence[Outcome]) -> None:
+        """Records from ``prover`` and their verdicts, written as the pipeline writes them."""
+        self._prover_traffic.send(prover, outcomes)
+
     def _replay_into_store(self) -> None:
         """Ingest the exchanges as ORIGIN's log with fixed stamps, and classify them."""
-        records = [make_record(e, self.model.tokenizer) for e in self.exchanges]
-        self.store.ingest(ORIGIN, chained_envelopes(records))
+        store_as_log(self.store, [make_record(e, self.model.tokenizer) for e in self.exchanges])
         classify_inbox(self.store, self.model, self.signer, exchanges=self.exchanges)
 
     async def _start_ledger(self, port: int) -> None:
@@ -180,6 +229,7 @@ class Daemons:
             ),
             weights=self.model.weights,
             sources=ServiceSources(intake=self.intake),
+            provers=self.provers,
         )
         self.verifier_port = self.verifier.port
 

@@ -109,3 +109,37 @@ def test_the_banner_names_every_daemon_that_does_not_answer() -> None:
     assert banner_text({}) == ""
     text = banner_text({"verifierd": "UNAVAILABLE", "edge-1": "DEADLINE_EXCEEDED"})
     assert "edge-1 (DEADLINE_EXCEEDED), verifierd (UNAVAILABLE)" in text
+
+
+def test_captured_text_is_shown_literally_with_its_controls_escaped() -> None:
+    shown = formats.shown("[b]bold?[/b] \x1b[2J \u202eevil", "red")
+    assert shown.plain == "[b]bold?[/b] \\x1b[2J \\u202eevil"
+    assert shown.style == "red" and not shown.spans
+
+
+def test_provers_and_alarms_read_as_the_cli_names_them() -> None:
+    v6 = verifier_pb2.ProverId(origin="edge-1", server_address="fd00::9", server_port=8000)
+    v4 = verifier_pb2.ProverId(origin="edge-1", server_address="10.0.0.5", server_port=8000)
+    assert formats.prover_label(v6) == "edge-1/[fd00::9]:8000"
+    assert formats.prover_label(v4) == "edge-1/10.0.0.5:8000"
+    dishonest = verifier_pb2.ProverAlarm(
+        kind=verifier_pb2.ALARM_KIND_DISHONEST,
+        raised_at_ns=1_740_819_610_000_000_000,
+        statistic=14.2,
+        bound=13.8,
+        pooled_tokens=1234,
+    )
+    assert formats.alarm_line(dishonest) == (
+        "DISHONEST: ln e 14.2 ≥ 13.8 after 1\u2009234 tokens, since 03-01 09:00:10 UTC"
+    )
+    hiding = verifier_pb2.ProverAlarm(
+        kind=verifier_pb2.ALARM_KIND_HIDING,
+        reason="no_seed",
+        raised_at_ns=1_740_819_610_000_000_000,
+        statistic=0.8,
+        bound=0.5,
+        window_s=3600,
+    )
+    assert formats.alarm_line(hiding) == (
+        "HIDING no_seed: 80% of verdicts over 1h00m > 50%, since 03-01 09:00:10 UTC"
+    )

@@ -112,3 +112,11 @@ def test_hostile_record(
     """The prover's markup, escape sequences, bidi overrides and 10,000-character model
     name are shown as text, escaped, on every screen (tests.tui.hostile_traffic)."""
     assert snap_compare(console(hostile_daemons), terminal_size=SIZE, run_before=after(*keys))
+
+
+def test_provers(snap_compare: SnapCompare, prover_daemons: Daemons) -> None:
+    assert snap_compare(console(prover_daemons), terminal_size=SIZE, run_before=after("7"))
+
+
+def test_overview_with_a_prover_alarm(snap_compare: SnapCompare, prover_daemons: Daemons) -> None:
+    assert snap_compare(console(prover_daemons), terminal_size=SIZE, run_before=after())

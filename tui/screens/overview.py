@@ -1,5 +1,9 @@
-"""Overview: every collector (capture, drops, log head, intake lag) and the verifier
-(verdict counts, backlog, throughput, VCA) on one screen.
+"""Overview: every collector (capture, drops, log head, intake lag), the verifier
+(verdict counts, backlog, throughput, VCA) and the prover alarms in force on one screen.
+
+The alarms are the provers' in force (ListProvers), listed again whenever the app's
+WatchAlarms stream says one was raised or cleared, so a new alarm shows at once; the
+Provers screen (7) has their evidence and records.
 
 A collector whose intake stopped on an alert (fork, rollback, gap, bad signature) shows
 ``alert: REASON`` in red; with its row highlighted, ``c`` shows the evidence and clears
@@ -60,10 +64,17 @@ class OverviewScreen(ConsoleScreen):
         yield KeyedTable(id="collectors")
         yield Label("Verifier", classes="section")
         yield Static(id="verifier-summary")
+        yield Label("Prover alarms", classes="section")
+        yield Static(id="overview-alarms", markup=False)
         yield Label("Backlog", classes="section")
         yield BacklogTable(id="backlog")
 
     def on_mount(self) -> None:
+        # After a reconnection the stream sends the alarms in force again, each a reload;
+        # one cleared meanwhile goes at the next refresh.
+        self._stop_hearing = self.console.alarms.subscribe(
+            lambda _: self.action_reload(), lambda: None
+        )
         collectors = self.query_one("#collectors", KeyedTable)
         collectors.add_column("Collector", width=14)
         collectors.add_column("Capture", width=13)
@@ -72,12 +83,40 @@ class OverviewScreen(ConsoleScreen):
         collectors.add_column("Lag", width=5)
         collectors.add_column("Intake", width=16)
 
+    def on_unmount(self) -> None:
+        self._stop_hearing()
+
+    async def _alarmed_provers(self) -> list[verifier_pb2.Prover] | str:
+        """The provers with an alarm in force, or why verifierd gives none."""
+        try:
+            return await self.client.provers(alarmed_only=True)
+        except CallRefusedError as exc:
+            return f"not kept by this verifierd ({exc.code})"
+
+    def _show_alarms(self, alarmed: list[verifier_pb2.Prover] | str) -> None:
+        if isinstance(alarmed, str):
+            text = formats.shown(alarmed, "dim")
+        elif not alarmed:
+            text = formats.shown("none in force", "green")
+        else:
+            lines = [
+                f"{formats.prover_label(p.id)}  {formats.alarm_line(state.alarm)}"
+                for p in alarmed
+                for state in p.alarms
+            ]
+            text = formats.shown("\n".join(lines), "bold red")
+        self.query_one("#overview-alarms", Static).update(text)
+
     async def load(self) -> None:
-        stats, readings, commitments = await asyncio.gather(
-            self.client.stats(), self.client.collector_readings(), self.client.commitments()
+        stats, readings, commitments, alarmed = await asyncio.gather(
+            self.client.stats(),
+            self.client.collector_readings(),
+            self.client.commitments(),
+            self._alarmed_provers(),
         )
         self._show_collectors(stats, readings)
         self._show_summary(stats)
+        self._show_alarms(alarmed)
         names = {c.commitment_id: ", ".join(c.served_model_names) for c in commitments}
         self.query_one("#backlog", BacklogTable).show_backlog(stats.backlog, names)
 

@@ -1,4 +1,5 @@
-"""The top line: the console's name and its screens with their keys, the current one lit."""
+"""The top line: the console's screens with their keys, the current one lit (the name is
+the terminal's title: seven screens fill the 80 columns)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ NAVIGATION = (
     ("4", "failures", "Failures"),
     ("5", "models", "Models"),
     ("6", "settings", "Settings"),
+    ("7", "provers", "Provers"),
 )
 
 
@@ -22,7 +24,7 @@ class NavBar(Static):
         self._current = current
 
     def render(self) -> Text:
-        text = Text("veritap ", style="bold")
+        text = Text()
         for key, mode, label in NAVIGATION:
             if mode == self._current:
                 text.append(f" {key} {label} ", style="reverse bold")
