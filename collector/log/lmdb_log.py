@@ -36,7 +36,8 @@ from veritap.envelope import (
     record_header,
 )
 from veritap.envelope import decode_record as decode_entry_record
-from veritap.read_gate import MapKeepsGrowingError, ReadGate
+from veritap.lmdb_env import LmdbEnv
+from veritap.read_gate import MapKeepsGrowingError
 from veritap.signing import Signer
 from veritap.v1 import log_pb2, record_pb2
 
@@ -52,7 +53,12 @@ from collector.log.errors import (
     LogReadOnlyError,
 )
 from collector.log.layout import Db, MetaKey, u64
-from collector.log.writer import ChainState, CommitListener, GroupCommitWriter
+from collector.log.writer import (
+    ChainState,
+    CommitListener,
+    GroupCommitWriter,
+    clear_stale_readers,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -107,7 +113,7 @@ class Log:
         self._records = self._dbs[Db.RECORDS]
         self._meta = self._dbs[Db.META]
         self._lock_file = lock_file
-        self._gate = ReadGate()
+        self._lmdb = LmdbEnv(env, name="log", before_growth=partial(clear_stale_readers, env))
         self._model_prefixes: dict[str, bytes] = {}
         self._writer: GroupCommitWriter | None = None
         self._closed = False
@@ -310,9 +316,8 @@ class Log:
             time.monotonic(),
         )
         self._writer = GroupCommitWriter(
-            self._env,
+            self._lmdb,
             self._dbs,
-            self._gate,
             encoder=EnvelopeEncoder(self.origin, self.key_id),
             signer=signer,
             state=state,
@@ -388,7 +393,7 @@ class Log:
             raise LogClosedError("log is closed")
         # A map another process (the writer) grew is adopted before the read begins.
         try:
-            with self._gate.transaction(self._env) as txn:
+            with self._lmdb.read() as txn:
                 yield txn
         except MapKeepsGrowingError as exc:
             raise LogCorruptError(str(exc)) from exc
@@ -628,7 +633,7 @@ class Log:
             return
         if self._writer is not None:
             self._writer.close()
-        with self._gate.exclusive():
+        with self._lmdb.gate.exclusive():
             self._closed = True
             self._env.close()
         if self._lock_file is not None:

@@ -33,8 +33,9 @@ from typing import TypeAlias
 import lmdb
 from veritap import merkle
 from veritap.envelope import EnvelopeEncoder
+from veritap.lmdb_env import LmdbEnv, MapGrowthError
 from veritap.note import CheckpointBody, sign_checkpoint
-from veritap.read_gate import ReadGate
+from veritap.read_gate import MapKeepsGrowingError
 from veritap.signing import Signer
 from veritap.v1 import log_pb2
 
@@ -43,9 +44,6 @@ from collector.log.errors import LogClosedError, LogCorruptError, LogError, LogW
 from collector.log.layout import Db, MetaKey, u64
 
 logger = logging.getLogger(__name__)
-
-# Doublings of the map tried for one transaction before giving up.
-_MAX_GROWTHS = 32
 
 CommitListener = Callable[[int], None]
 JobFunction: TypeAlias = "Callable[[lmdb.Transaction[bytes]], int]"
@@ -148,14 +146,25 @@ class _Prepared:
         self.checkpoint: log_pb2.Checkpoint | None = None
 
 
+def clear_stale_readers(env: lmdb.Environment) -> None:
+    """Free reader slots of processes that died (a kill -9'd `collector serve`, say).
+
+    A dead reader's slot pins an old snapshot, so LMDB cannot reuse the pages
+    freed since and the file grows. Checked at open, at each checkpoint and
+    before growing the map.
+    """
+    stale = env.reader_check()
+    if stale:
+        logger.warning("cleared stale LMDB readers", extra={"count": stale})
+
+
 class GroupCommitWriter:
     """The sequencer and writer threads of one open log (see the module docstring)."""
 
     def __init__(
         self,
-        env: lmdb.Environment,
+        lmdb_env: LmdbEnv,
         dbs: dict[Db, lmdb._Database],
-        gate: ReadGate,
         *,
         encoder: EnvelopeEncoder,
         signer: Signer | None,
@@ -165,9 +174,10 @@ class GroupCommitWriter:
         max_batch: int,
         on_commit: Callable[[ChainState], None],
     ) -> None:
-        self._env = env
+        self._lmdb = lmdb_env
+        self._env = lmdb_env.env
         self._dbs = dbs
-        self._gate = gate
+        self._gate = lmdb_env.gate
         self._encoder = encoder
         self._signer = signer
         self._checkpoint_every = checkpoint_every
@@ -534,29 +544,14 @@ class GroupCommitWriter:
             request.done.set()
 
     def _clear_stale_readers(self) -> None:
-        """Free reader slots of processes that died (a kill -9'd `collector serve`, say).
-
-        A dead reader's slot pins an old snapshot, so LMDB cannot reuse the pages
-        freed since and the file grows. Checked at open, at each checkpoint and
-        before growing the map.
-        """
-        stale = self._env.reader_check()
-        if stale:
-            logger.warning("cleared stale LMDB readers", extra={"count": stale})
+        clear_stale_readers(self._env)
 
     def _with_growth(self, fn: JobFunction) -> int:
-        """Run `fn` in a write transaction, doubling the map and retrying while it is full."""
-        for _ in range(_MAX_GROWTHS):
-            try:
-                with self._env.begin(write=True) as txn:
-                    return fn(txn)
-            except lmdb.MapFullError:
-                self._clear_stale_readers()
-                with self._gate.exclusive():
-                    old = self._env.info()["map_size"]
-                    self._env.set_mapsize(old * 2)
-                logger.info("grew the log map", extra={"old_bytes": old, "new_bytes": old * 2})
-        raise LogWriteError("the map is still full after growing it repeatedly")
+        """Run `fn` in a write transaction; a full map is doubled and `fn` run again."""
+        try:
+            return self._lmdb.write(fn)
+        except (MapGrowthError, MapKeepsGrowingError) as exc:
+            raise LogWriteError(str(exc)) from exc
 
     def _run_job(self, job: _Job) -> None:
         try:
