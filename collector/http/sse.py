@@ -65,7 +65,7 @@ class SseParser:
         self._resync = False
         self._data: list[bytes] = []
         self._event = b""
-        self._last_id = b""
+        self._last_id = ""  # decoded once when set: every later event carries it
         self._event_ts = 0
 
     def feed(self, data: bytes, ts_ns: int) -> None:
@@ -205,24 +205,26 @@ class SseParser:
         elif name == b"event":
             self._event = value
         elif name == b"id" and b"\x00" not in value:
-            self._last_id = value
+            self._last_id = value.decode("utf-8", "replace")
 
     def _dispatch(self) -> None:
         data = self._data
-        if self._dropping or len(self.events) >= self._max_events:
+        events = self.events
+        if self._dropping or len(events) >= self._max_events:
             self.dropped_events += 1
             self._dropping = False
         else:
-            self.events.append(
+            name = self._event
+            events.append(
                 _new_event(
                     SseEvent,
                     (
                         self._event_ts,
-                        self._event.decode("utf-8", "replace") if self._event else "",
+                        name.decode("utf-8", "replace") if name else "",
                         (data[0] if len(data) == 1 else b"\n".join(data)).decode(
                             "utf-8", "replace"
                         ),
-                        self._last_id.decode("utf-8", "replace") if self._last_id else "",
+                        self._last_id,
                     ),
                 )
             )
