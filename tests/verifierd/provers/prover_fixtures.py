@@ -7,8 +7,10 @@ from dataclasses import dataclass
 
 import numpy as np
 from veritap.envelope import ZERO_HASH, encode_envelope, entry_hash
+from veritap.merkle import root_of
+from veritap.note import CheckpointBody, sign_checkpoint
 from veritap.signing import Signer
-from veritap.v1 import verifier_pb2
+from veritap.v1 import log_pb2, verifier_pb2
 
 from tests.verifierd.record_fixtures import Exchange, make_record
 from verifierd.provers.identity import ProverKey
@@ -45,8 +47,57 @@ def unverifiable(reason: str, at_ns: int = 1_000_000_000) -> Outcome:
     return Outcome(verifier_pb2.VERDICT_STATUS_UNVERIFIABLE, reason, (), at_ns)
 
 
+#: The collector key the fixtures sign checkpoints with.
+COLLECTOR = Signer.generate("test-collector")
+
+
+def ingest_from(
+    store: Store, prover: ProverKey, exchanges: Sequence[Exchange], *, checkpointed: bool = True
+) -> list[int]:
+    """Append records of ``exchanges`` sent to ``prover`` to its origin's log in ``store``,
+    as intake would, then (``checkpointed``) COLLECTOR's signed checkpoint of the whole
+    log; returns their seqs."""
+    cursor = store.cursor(prover.origin)
+    prev, seq = cursor.hash if cursor.seq else ZERO_HASH, cursor.seq
+    batch = []
+    for x in exchanges:
+        seq += 1
+        record = make_record(x)
+        record.flow.server_address = prover.server_address
+        record.flow.server_port = prover.server_port
+        envelope = encode_envelope(
+            seq=seq,
+            prev_hash=prev,
+            captured_at_ns=1_000 + seq,
+            origin=prover.origin,
+            key_id=COLLECTOR.key_id,
+            record=record.SerializeToString(),
+        )
+        prev = entry_hash(envelope)
+        batch.append((seq, envelope, prev))
+    store.ingest(prover.origin, batch)
+    if checkpointed:
+        leaves = _leaves(store, prover.origin)
+        root = root_of(leaves)
+        note = sign_checkpoint(CheckpointBody(prover.origin, len(leaves), root), COLLECTOR)
+        checkpoint = log_pb2.Checkpoint(
+            origin=prover.origin, tree_size=len(leaves), root_hash=root, note=note
+        )
+        store.ingest(prover.origin, [], checkpoint=checkpoint)
+    return [entry[0] for entry in batch]
+
+
+def _leaves(store: Store, origin: str) -> list[bytes]:
+    leaves = []
+    for seq in range(1, store.cursor(origin).seq + 1):
+        entry = store.entry(origin, seq)
+        assert entry is not None
+        leaves.append(entry.entry_hash)
+    return leaves
+
+
 class ProverTraffic:
-    """Appends records from ``prover`` to its origin's log in ``store`` and writes their
+    """Appends records from a prover to its origin's log in ``store`` and writes their
     verdicts with the store's classify, as the pipeline does."""
 
     def __init__(self, store: Store, signer: Signer) -> None:
@@ -56,31 +107,17 @@ class ProverTraffic:
 
     def send(self, prover: ProverKey, outcomes: Sequence[Outcome]) -> list[str]:
         """Returns the record ids."""
-        store = self._store
-        cursor = store.cursor(prover.origin)
-        prev, seq = cursor.hash if cursor.seq else ZERO_HASH, cursor.seq
-        batch, writes, ids = [], [], []
-        for outcome in outcomes:
-            seq += 1
+        ids = []
+        for _ in outcomes:
             self._n += 1
-            record_id = f"R{self._n:06d}"
-            record = make_record(Exchange(record_id))
-            record.flow.server_address = prover.server_address
-            record.flow.server_port = prover.server_port
-            envelope = encode_envelope(
-                seq=seq,
-                prev_hash=prev,
-                captured_at_ns=1_000 + seq,
-                origin=prover.origin,
-                key_id=b"kid0",
-                record=record.SerializeToString(),
-            )
-            prev = entry_hash(envelope)
-            batch.append((seq, envelope, prev))
-            writes.append(self._verdict(prover.origin, seq, record_id, outcome))
-            ids.append(record_id)
-        store.ingest(prover.origin, batch)
-        store.classify(writes)
+            ids.append(f"R{self._n:06d}")
+        seqs = ingest_from(self._store, prover, [Exchange(i) for i in ids], checkpointed=False)
+        self._store.classify(
+            [
+                self._verdict(prover.origin, seq, record_id, outcome)
+                for seq, record_id, outcome in zip(seqs, ids, outcomes, strict=True)
+            ]
+        )
         return ids
 
     def _verdict(self, origin: str, seq: int, record_id: str, outcome: Outcome) -> VerdictWrite:
