@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 _LINE_END = re.compile("\r\n|\r|\n")
+# Named tuples are built with tuple.__new__ on hot paths: half the cost of calling the class.
+_new_event = tuple.__new__
 
 
 class SdkEvent(NamedTuple):
@@ -67,7 +69,8 @@ def sdk_events(body: bytes) -> SdkStream:
             continue
         if not line:
             if event or data or last_id or retry:
-                append(SdkEvent(event or None, data[0] if len(data) == 1 else "\n".join(data)))
+                text = data[0] if len(data) == 1 else "\n".join(data)
+                append(_new_event(SdkEvent, (event or None, text)))
             event, data, retry = "", [], False
             continue
         if line[0] == ":":
