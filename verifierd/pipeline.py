@@ -34,6 +34,7 @@ from veritap.envelope import EnvelopeError, decode_envelope, decode_record
 from veritap.signing import Signer
 from veritap.v1 import record_pb2, verifier_pb2
 
+from appliance.journal import MessageId
 from verifierd import scheduler
 from verifierd.commitments import Commitment, CommitmentRegistry, DifrSettings
 from verifierd.config import Config
@@ -236,6 +237,20 @@ class Pipeline:
 
     def _write(self, entry: StoredEntry, record_id: str, v: verifier_pb2.Verdict) -> VerdictWrite:
         v.decided_at_ns = self._clock()
+        if v.status == FAIL:
+            log.warning(
+                "FAIL verdict: %s",
+                v.reason,
+                extra={
+                    "message_id": MessageId.FAIL_VERDICT,
+                    "origin": entry.origin,
+                    "seq": entry.seq,
+                    "record_id": record_id,
+                    "commitment_id": v.commitment_id,
+                    "reason": v.reason,
+                    "score": v.score,
+                },
+            )
         return VerdictWrite(entry.origin, entry.seq, record_id, sign_verdict(v, self._signer), v)
 
     # -- scoring ------------------------------------------------------------------------

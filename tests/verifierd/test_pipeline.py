@@ -14,6 +14,7 @@ import pytest
 from veritap.signing import Signer
 from veritap.v1 import record_pb2, verifier_pb2
 
+from appliance.journal import MessageId
 from tests.verifierd.commitment_fixtures import commit, make_model_dir
 from tests.verifierd.engine_doubles import FACTORY
 from tests.verifierd.record_fixtures import Exchange, ingest
@@ -105,7 +106,9 @@ def make_rig(tmp_path: Path, *, reverify: bool = False) -> Iterator[Rig]:
     store.close()
 
 
-def test_every_record_gets_exactly_one_signed_verdict(rig: Rig) -> None:
+def test_every_record_gets_exactly_one_signed_verdict(
+    rig: Rig, caplog: pytest.LogCaptureFixture
+) -> None:
     exchanges = [
         Exchange("honest"),
         Exchange("dishonest", outputs=((5, 1500, 7),)),
@@ -138,6 +141,12 @@ def test_every_record_gets_exactly_one_signed_verdict(rig: Rig) -> None:
         "refused": (UNVERIFIABLE, "tokens_unavailable"),
     }
     assert {k: (v.status, v.reason) for k, v in got.items()} == expected
+    logged_fails = {
+        r.__dict__["record_id"]
+        for r in caplog.records
+        if r.__dict__.get("message_id") == MessageId.FAIL_VERDICT
+    }
+    assert logged_fails == {"dishonest", "two-choices"}
     dishonest = got["dishonest"]
     assert dishonest.score == pytest.approx(1.0 / 3)
     assert (dishonest.token_count, dishonest.exact_matches, dishonest.attempts) == (3, 2, 1)
