@@ -15,12 +15,17 @@ Rounds rotate the contenders' order so that machine noise hits them alike;
 records/s is the median round and each ratio the median of the per-round
 ratios against lmdb. The result line is log Nc / lmdb; target 0.8.
 
-    python bench/ledger.py [--records 20000] [--batch 100] [--rounds 3] [--callers 8]
+--cpu adds where the CPU goes per record (process CPU time, all threads, so other
+work on the machine shifts it less than wall time): each stage the log adds to raw
+LMDB's work, run alone, beside the lmdb and log 1c contenders, as a share of lmdb's.
+
+    python bench/ledger.py [--records 20000] [--batch 100] [--rounds 3] [--callers 8] [--cpu]
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import os
 import shutil
 import statistics
@@ -35,6 +40,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "protos")]
 
 import lmdb  # noqa: E402
+from veritap import merkle  # noqa: E402
+from veritap.envelope import EnvelopeEncoder, record_header  # noqa: E402
 from veritap.signing import Signer  # noqa: E402
 from veritap.v1 import record_pb2  # noqa: E402
 
@@ -156,6 +163,91 @@ def bench_log_callers(
         log.close()
 
 
+def bench_lmdb_puts(
+    directory: Path, payloads: list[bytes], batch: int, *, indexes: bool, sync: bool
+) -> None:
+    """The log's row shapes without its envelopes: the record under its seq and, with
+    `indexes`, its by-record-id and by-model-time rows."""
+    env = lmdb.open(str(directory), map_size=1 << 30, max_dbs=8, sync=sync, metasync=sync)
+    records, ids, models = (env.open_db(name) for name in (b"records", b"ids", b"models"))
+    try:
+        for i in range(0, len(payloads), batch):
+            with env.begin(write=True) as txn:
+                keys = [(i + n + 1).to_bytes(8, "big") for n in range(len(payloads[i : i + batch]))]
+                txn.cursor(db=records).putmulti(
+                    list(zip(keys, payloads[i : i + batch], strict=True)), append=True
+                )
+                if indexes:
+                    txn.cursor(db=ids).putmulti([(b"01JBENCH" + k, k) for k in keys])
+                    txn.cursor(db=models).putmulti([(b"model-0\0" + k, b"") for k in keys])
+    finally:
+        env.close()
+
+
+def envelopes_and_hashes(payloads: list[bytes], headers: list[bytes], signer: Signer) -> None:
+    """What the log's sequencer computes per record: envelope, entry hash, Merkle frontier."""
+    encoder = EnvelopeEncoder(ORIGIN, signer.key_id)
+    tail = encoder.tail(time.time_ns())
+    frontier = merkle.Frontier()
+    prev = bytes(32)
+    for seq, (header, payload) in enumerate(zip(headers, payloads, strict=True), 1):
+        prev = hashlib.sha256(encoder.encode_leaf_input(seq, prev, tail, header, payload)).digest()
+        frontier.append(prev)
+
+
+def cpu_per_record(fn: Callable[[], object], count: int, rounds: int) -> float:
+    """Median over `rounds` of the process CPU time of `fn`, in microseconds per record."""
+    samples = []
+    for _ in range(rounds):
+        start = time.process_time()
+        fn()
+        samples.append((time.process_time() - start) / count * 1e6)
+    return statistics.median(samples)
+
+
+def cpu_breakdown(
+    records: list[record_pb2.InferenceRecord], batch: int, signer: Signer, rounds: int
+) -> None:
+    payloads = [r.SerializeToString() for r in records]
+    headers = [record_header(p) for p in payloads]
+
+    def scratch(fn: Callable[[Path], object]) -> Callable[[], object]:
+        return lambda: run_in_scratch(lambda d: (fn(d), 0.0)[1])
+
+    stages: list[tuple[str, Callable[[], object]]] = [
+        ("lmdb contender", scratch(lambda d: bench_lmdb(d, records, batch))),
+        ("  SerializeToString", lambda: [r.SerializeToString() for r in records]),
+        (
+            "  puts, 1 row, no sync",
+            scratch(lambda d: bench_lmdb_puts(d, payloads, batch, indexes=False, sync=False)),
+        ),
+        ("log 1c contender", scratch(lambda d: bench_log(d, records, batch, signer))),
+        ("  record_header", lambda: [record_header(p) for p in payloads]),
+        ("  envelope, entry hash, Merkle", lambda: envelopes_and_hashes(payloads, headers, signer)),
+        (
+            "  puts, 3 rows, sync",
+            scratch(lambda d: bench_lmdb_puts(d, payloads, batch, indexes=True, sync=True)),
+        ),
+    ]
+    cost = {name: cpu_per_record(fn, len(records), rounds) for name, fn in stages}
+    reference = cost["lmdb contender"]
+    print(f"{'CPU per record':<32} {'us':>7} {'vs lmdb':>8}")
+    for name, micros in cost.items():
+        print(f"{name:<32} {micros:>7.2f} {micros / reference:>7.2f}x")
+    sync = reference - cost["  SerializeToString"] - cost["  puts, 1 row, no sync"]
+    print(f"{'  (lmdb: sync and commit)':<32} {sync:>7.2f} {sync / reference:>7.2f}x")
+    rest = cost["log 1c contender"] - sum(
+        cost[name]
+        for name in (
+            "  SerializeToString",
+            "  record_header",
+            "  envelope, entry hash, Merkle",
+            "  puts, 3 rows, sync",
+        )
+    )
+    print(f"{'  (log: threads, queues, rest)':<32} {rest:>7.2f} {rest / reference:>7.2f}x")
+
+
 def run_in_scratch(fn: Callable[[Path], float]) -> float:
     scratch = Path(tempfile.mkdtemp(prefix="veritap-bench-ledger-"))
     try:
@@ -170,6 +262,7 @@ def main() -> int:
     parser.add_argument("--batch", type=int, default=100)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--callers", type=int, default=8)
+    parser.add_argument("--cpu", action="store_true", help="add the CPU-per-record table")
     args = parser.parse_args()
     records = make_records(args.records)
     signer = Signer.generate(ORIGIN)
@@ -221,6 +314,8 @@ def main() -> int:
         )
     print("records/s: median of the rounds; vs lmdb: median of the per-round ratios")
     print(f"{group}: {statistics.mean(batches):.1f} records per commit on average")
+    if args.cpu:
+        cpu_breakdown(records, args.batch, signer, args.rounds)
     ratio = paired[group]
     verdict = "ok" if ratio >= TARGET else "short"
     print(f"result: ledger_vs_lmdb={ratio:.2f} target={TARGET} {verdict}")
