@@ -1,12 +1,13 @@
-"""`verifierd run` end to end: a dishonest prover raises an alarm, an honest one never does.
+"""`verifierd run` end to end: dishonest and hiding provers alarm, an honest one never does.
 
 The real daemon (store, scheduler, engine pool in its child process, VerifierService)
-judges the stored records of two provers behind one collector with the stand-in engine,
-which scores token ids >= 1000 as changed tokens. The commitment's honest tails are
-stored first, as `verifierd calibrate --apply` would. The daemon is SIGKILLed mid-work
-and restarted: the provers' counts still equal the verdicts stored, the alarm is raised
-once, it verifies under the verifier's public key, and it is still in force after a
-clean restart.
+judges the stored records of three provers behind one collector with the stand-in
+engine, which scores token ids >= 1000 as changed tokens: an honest prover, one that
+changes tokens, and one that hides (only unseeded sampled traffic: every verdict
+UNVERIFIABLE). The commitment's honest tails are stored first, as `verifierd calibrate
+--apply` would. The daemon is SIGKILLed mid-work and restarted: the provers' counts still
+equal the verdicts stored, each alarm is raised once, verifies under the verifier's
+public key, and is still in force after a clean restart.
 """
 
 from __future__ import annotations
@@ -43,6 +44,8 @@ pytestmark = pytest.mark.timeout(600)
 
 HONEST = ProverKey("edge", "10.0.0.1", 8000)
 CHEAT = ProverKey("edge", "10.0.0.2", 8000)
+#: Sends only unseeded sampled traffic: nothing of it can be verified.
+HIDER = ProverKey("edge", "10.0.0.3", 8000)
 RECORDS = 24  # per prover
 
 
@@ -96,6 +99,7 @@ public_key = "{COLLECTOR.verifier().key_string()}"
         for n in range(RECORDS):
             ingest_from(store, HONEST, [exchange(n, changed=False)])
             ingest_from(store, CHEAT, [exchange(n, changed=True)])
+            ingest_from(store, HIDER, [Exchange(f"x-{n:04d}", seed=None)])
     finally:
         store.close()
     return config_path
@@ -140,7 +144,7 @@ def test_a_dishonest_prover_alarms_and_an_honest_one_never_does(tmp_path: Path) 
     address = f"127.0.0.1:{free_port()}"
     config_path = prepare(tmp_path, address)
     config = load_config(config_path)
-    total = 2 * RECORDS
+    total = 3 * RECORDS
 
     daemon = start(config_path)
     try:
@@ -160,22 +164,24 @@ def test_a_dishonest_prover_alarms_and_an_honest_one_never_does(tmp_path: Path) 
     finally:
         daemon.kill()
 
-    assert set(found) == {HONEST, CHEAT}
+    assert set(found) == {HONEST, CHEAT, HIDER}
     for prover in found.values():
         since_first_seen = next(w for w in prover.windows if w.window_s == 0)
         assert since_first_seen.verdicts == RECORDS  # none lost or counted twice by the kill
     assert found[HONEST].alarms == []
     assert found[HONEST].evidence < 0 < found[HONEST].evidence_bound
     [state] = found[CHEAT].alarms
-    alarm = check_signed_alarm(
-        state.signed, Verifier.load(config.key_file.with_name("verifier.key.pub"))
-    )
+    verifier_key = Verifier.load(config.key_file.with_name("verifier.key.pub"))
+    alarm = check_signed_alarm(state.signed, verifier_key)
     assert alarm.kind == verifier_pb2.ALARM_KIND_DISHONEST
     assert ProverKey.of_proto(alarm.prover) == CHEAT
     assert alarm.record_ids and all(r.startswith("c-") for r in alarm.record_ids)
     assert found[CHEAT].evidence >= found[CHEAT].evidence_bound
+    [hiding] = found[HIDER].alarms
+    assert (hiding.alarm.kind, hiding.alarm.reason) == (verifier_pb2.ALARM_KIND_HIDING, "no_seed")
+    assert check_signed_alarm(hiding.signed, verifier_key) == hiding.alarm
 
-    # Sticky: a restarted daemon still holds it, and raises no second one.
+    # Sticky: a restarted daemon still holds them, and raises no second one.
     daemon = start(config_path)
     try:
         wait_for(lambda: _serving(address), 300, "the service")
@@ -184,6 +190,7 @@ def test_a_dishonest_prover_alarms_and_an_honest_one_never_does(tmp_path: Path) 
         daemon.send_signal(signal.SIGTERM)
         daemon.wait(60)
     assert [a.alarm.alarm_id for a in again[CHEAT].alarms] == [alarm.alarm_id]
+    assert [a.alarm.alarm_id for a in again[HIDER].alarms] == [hiding.alarm.alarm_id]
     assert again[HONEST].alarms == []
 
 
