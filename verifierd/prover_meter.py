@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge
 from prometheus_client.exposition import generate_latest
+from veritap.runtime_metrics import register_runtime_metrics
 
 from verifierd.meter.integration import Point
 from verifierd.meter.readings import Reading
@@ -132,6 +133,7 @@ class ProverMeter:
         self.meter = meter
         self.registry = CollectorRegistry()
         r = self.registry
+        register_runtime_metrics(r, "prover-meter")
         labels = ["target", "method"]
         self._activity = Gauge(
             ACTIVITY_RATIO,

@@ -66,6 +66,7 @@ def test_metrics_expose_ratios_and_activity_totals() -> None:
     assert all(s.value == pytest.approx(0.0) for s in ratio.samples)  # the idle last second
     assert "veritap_prover_sm_active_seconds" in families
     assert "veritap_prover_dram_active_ratio" in families
+    assert families["veritap_build_info"].samples[0].labels["daemon"] == "prover-meter"
 
 
 def test_range_queries_follow_prometheus_semantics() -> None:
