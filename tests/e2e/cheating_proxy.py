@@ -4,9 +4,8 @@ The tap sees only the client <-> proxy exchanges, so what it records is what
 the client sent and what it received; the proxy shapes the request the server
 runs and the answer the client gets, keeping both well-formed. Each request
 names its cheat in the ``x-cheat`` header (the tap sees it too; the verifier
-ignores headers); without one it is forwarded unchanged. Only JSON answers are
-proxied (``stream`` requests are refused with 501): every cheat here edits a
-whole answer.
+ignores headers); without one it is forwarded unchanged. A JSON answer is
+edited whole; a streamed one event by event, each as it arrives.
 """
 
 from __future__ import annotations
@@ -60,11 +59,11 @@ def cheat_request(cheat: Cheat | None, body: dict[str, Any]) -> dict[str, Any]:
     return forwarded
 
 
-def cheat_answer(cheat: Cheat | None, answer: dict[str, Any]) -> dict[str, Any]:
-    """The answer the client receives instead of the server's ``answer``."""
-    choices = answer.get("choices") or []
-    for choice in choices:
-        if cheat is Cheat.TRUNCATE_AS_STOP:
+def cheat_answer(cheat: Cheat | None, answer: dict[str, Any], n: int) -> dict[str, Any]:
+    """The answer (or streamed chunk) the client receives instead of the server's
+    ``answer`` to a request for ``n`` choices."""
+    for choice in answer.get("choices") or []:
+        if cheat is Cheat.TRUNCATE_AS_STOP and choice.get("finish_reason") is not None:
             choice["finish_reason"], choice["stop_reason"] = "stop", None
         elif cheat is Cheat.EMPTY_TOKEN_IDS:
             choice["token_ids"] = []
@@ -77,9 +76,18 @@ def cheat_answer(cheat: Cheat | None, answer: dict[str, Any]) -> dict[str, Any]:
         answer.pop("usage", None)
     usage = answer.get("usage")
     if cheat is Cheat.TRUNCATE_AS_STOP and usage:
-        usage["completion_tokens"] += len(choices)
-        usage["total_tokens"] += len(choices)
+        usage["completion_tokens"] += n
+        usage["total_tokens"] += n
     return answer
+
+
+def cheat_event(cheat: Cheat | None, line: bytes, n: int) -> bytes:
+    """One line of an event stream as the client receives it: ``data:`` lines that
+    hold a chunk are cheated like an answer, the rest pass unchanged."""
+    if not line.startswith(b"data: {"):
+        return line
+    chunk = cheat_answer(cheat, json.loads(line[len(b"data: ") :]), n)
+    return b"data: " + json.dumps(chunk).encode() + b"\n"
 
 
 class CheatingProxy:
@@ -96,10 +104,14 @@ class CheatingProxy:
             protocol_version = "HTTP/1.1"
 
             def do_POST(self) -> None:
-                data = self.rfile.read(int(self.headers.get("content-length", "0")))
+                body = json.loads(self.rfile.read(int(self.headers.get("content-length", "0"))))
                 named = self.headers.get(CHEAT_HEADER)
                 cheat = None if named is None else Cheat(named)
-                status, answer = proxy._answer(self.path, cheat, data)
+                if body.get("stream") and cheat is not Cheat.REPLAY:
+                    proxy._stream(self, cheat, body)
+                    return
+                # A replay answers with the last JSON answer, also to a stream request.
+                status, answer = proxy._answer(self.path, cheat, body)
                 self.send_response(status)
                 self.send_header("content-type", "application/json")
                 self.send_header("content-length", str(len(answer)))
@@ -127,28 +139,50 @@ class CheatingProxy:
         self._server.shutdown()
         self._server.server_close()
 
-    def _answer(self, path: str, cheat: Cheat | None, data: bytes) -> tuple[int, bytes]:
-        body = json.loads(data)
-        if body.get("stream"):
-            return 501, b'{"error": {"message": "the cheating proxy does not stream"}}'
+    def _answer(self, path: str, cheat: Cheat | None, body: dict[str, Any]) -> tuple[int, bytes]:
+        n = int(body.get("n") or 1)
         if cheat is Cheat.REPLAY:
             with self._lock:
                 replayed = self._last_answer
             if replayed is None:
-                return 409, b'{"error": {"message": "nothing to replay yet"}}'
-            return 200, json.dumps(cheat_answer(cheat, json.loads(replayed))).encode()
-        status, answer = self._forward(path, json.dumps(cheat_request(cheat, body)).encode())
+                return 409, b'{"error": {"message": "nothing to replay"}}'
+            return 200, json.dumps(cheat_answer(cheat, json.loads(replayed), n)).encode()
+        connection = self._connect(path, cheat, body)
+        try:
+            response = connection.getresponse()
+            status, answer = response.status, response.read()
+        finally:
+            connection.close()
         if status != 200:
             return status, answer
         with self._lock:
             self._last_answer = answer
-        return status, json.dumps(cheat_answer(cheat, json.loads(answer))).encode()
+        return status, json.dumps(cheat_answer(cheat, json.loads(answer), n)).encode()
 
-    def _forward(self, path: str, body: bytes) -> tuple[int, bytes]:
-        connection = http.client.HTTPConnection(*self._upstream, timeout=600)
+    def _stream(
+        self, handler: BaseHTTPRequestHandler, cheat: Cheat | None, body: dict[str, Any]
+    ) -> None:
+        """Relay the server's event stream, each ``data:`` event cheated as it arrives."""
+        n = int(body.get("n") or 1)
+        connection = self._connect(handler.path, cheat, body)
         try:
-            connection.request("POST", path, body, headers={"content-type": "application/json"})
             response = connection.getresponse()
-            return response.status, response.read()
+            handler.send_response(response.status)
+            handler.send_header("content-type", response.getheader("content-type", ""))
+            handler.send_header("transfer-encoding", "chunked")
+            handler.end_headers()
+            for line in response:
+                sent = cheat_event(cheat, line, n)
+                handler.wfile.write(b"%x\r\n%s\r\n" % (len(sent), sent))
+            handler.wfile.write(b"0\r\n\r\n")
         finally:
             connection.close()
+
+    def _connect(
+        self, path: str, cheat: Cheat | None, body: dict[str, Any]
+    ) -> http.client.HTTPConnection:
+        """A connection to the server with the cheated request sent on it."""
+        connection = http.client.HTTPConnection(*self._upstream, timeout=600)
+        forwarded = json.dumps(cheat_request(cheat, body)).encode()
+        connection.request("POST", path, forwarded, headers={"content-type": "application/json"})
+        return connection

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -104,43 +105,81 @@ TEXT = frozenset({"token_text_mismatch"})
 #: false; the random model) or that number, scored far from the sampler's picks
 #: (the trained model). Either is the evidence that the text is not this prompt's.
 NOT_THIS_PROMPTS = FINISH | SCORE
-#: (case, cheat, ask for ids, the reasons it may FAIL with, seed); no reasons: an
-#: honest answer through the proxy (the replays reuse it), which PASSes. Same
-#: seed, other question for a replay: the earlier answer is not this prompt's.
-ATTACKS: tuple[tuple[str, Cheat | None, bool, frozenset[str], int], ...] = (
-    ("replayed-source", None, False, frozenset(), 20),
-    ("replay", Cheat.REPLAY, False, NOT_THIS_PROMPTS, 20),
-    ("replayed-source+ids", None, True, frozenset(), 20),
-    ("replay+ids", Cheat.REPLAY, True, PROMPT, 20),
-    ("hidden-system-prompt", Cheat.HIDDEN_SYSTEM_PROMPT, False, SCORE, 21),
-    ("hidden-system-prompt+ids", Cheat.HIDDEN_SYSTEM_PROMPT, True, PROMPT, 21),
-    ("truncate-as-stop", Cheat.TRUNCATE_AS_STOP, False, SCORE, 22),
-    ("truncate-as-stop+ids", Cheat.TRUNCATE_AS_STOP, True, FINISH, 22),
-    ("smaller-max-tokens", Cheat.SMALLER_MAX_TOKENS, False, FINISH, 23),
-    ("smaller-max-tokens+ids", Cheat.SMALLER_MAX_TOKENS, True, FINISH, 23),
-    ("empty-token-ids", Cheat.EMPTY_TOKEN_IDS, True, TEXT, 24),
-    ("unasked-ids", Cheat.UNASKED_IDS, False, TEXT, 25),
+
+
+@dataclass(frozen=True)
+class Attack:
+    """One request through the proxy and the reasons its verdict may FAIL with
+    (none: an honest answer, which PASSes)."""
+
+    name: str
+    cheat: Cheat | None
+    reasons: frozenset[str]
+    seed: int
+    token_ids: bool = False
+    stream: bool = False
+
+
+#: A replay sends the same seed with another question: the earlier answer (the
+#: source before it) is not this prompt's.
+ATTACKS = (
+    Attack("replayed-source", None, frozenset(), 20),
+    Attack("replay", Cheat.REPLAY, NOT_THIS_PROMPTS, 20),
+    Attack("replayed-source+ids", None, frozenset(), 20, token_ids=True),
+    Attack("replay+ids", Cheat.REPLAY, PROMPT, 20, token_ids=True),
+    Attack("hidden-system-prompt", Cheat.HIDDEN_SYSTEM_PROMPT, SCORE, 21),
+    Attack("hidden-system-prompt+ids", Cheat.HIDDEN_SYSTEM_PROMPT, PROMPT, 21, token_ids=True),
+    Attack("truncate-as-stop", Cheat.TRUNCATE_AS_STOP, SCORE, 22),
+    Attack("truncate-as-stop+ids", Cheat.TRUNCATE_AS_STOP, FINISH, 22, token_ids=True),
+    Attack("truncate-stream-as-stop", Cheat.TRUNCATE_AS_STOP, SCORE, 26, stream=True),
+    Attack(
+        "truncate-stream-as-stop+ids",
+        Cheat.TRUNCATE_AS_STOP,
+        FINISH,
+        26,
+        token_ids=True,
+        stream=True,
+    ),
+    Attack("smaller-max-tokens", Cheat.SMALLER_MAX_TOKENS, FINISH, 23),
+    Attack("smaller-max-tokens+ids", Cheat.SMALLER_MAX_TOKENS, FINISH, 23, token_ids=True),
+    Attack("empty-token-ids", Cheat.EMPTY_TOKEN_IDS, TEXT, 24, token_ids=True),
+    Attack("unasked-ids", Cheat.UNASKED_IDS, TEXT, 25),
 )
 #: What each cheat leaves as the finish reason the client reads.
 FINISH_SHOWN = {Cheat.TRUNCATE_AS_STOP: "stop", Cheat.SMALLER_MAX_TOKENS: "length"}
 
 
-def _attacks(client: OpenAI) -> dict[str, frozenset[str]]:
-    """Each case of ATTACKS once through the proxy: its allowed reasons, by name."""
-    for name, cheat, ids, _, seed in ATTACKS:
-        replayed = cheat is Cheat.REPLAY
-        completion = client.chat.completions.create(
-            model=MODEL_NAME,
-            messages=OTHER_QUESTION if replayed else QUESTION,
-            max_tokens=MAX_TOKENS,
-            seed=seed,
-            user=name,
-            extra_headers={} if cheat is None else {CHEAT_HEADER: cheat.value},
-            extra_body=IDS if ids else {},
+def _finish_reason(client: OpenAI, attack: Attack) -> str | None:
+    """Send ``attack`` through the proxy; the finish reason the client reads."""
+    sent: dict[str, Any] = {
+        "model": MODEL_NAME,
+        "messages": OTHER_QUESTION if attack.cheat is Cheat.REPLAY else QUESTION,
+        "max_tokens": MAX_TOKENS,
+        "seed": attack.seed,
+        "user": attack.name,
+        "extra_headers": {} if attack.cheat is None else {CHEAT_HEADER: attack.cheat.value},
+        "extra_body": IDS if attack.token_ids else {},
+    }
+    if not attack.stream:
+        return str(client.chat.completions.create(**sent).choices[0].finish_reason)
+    reasons = [
+        choice.finish_reason
+        for chunk in client.chat.completions.create(
+            **sent, stream=True, stream_options={"include_usage": True}
         )
-        if cheat in FINISH_SHOWN:
-            assert completion.choices[0].finish_reason == FINISH_SHOWN[cheat], name
-    return {name: reasons for name, _, _, reasons, _ in ATTACKS}
+        for choice in chunk.choices
+        if choice.finish_reason is not None
+    ]
+    return reasons[-1] if reasons else None
+
+
+def _attacks(client: OpenAI) -> dict[str, frozenset[str]]:
+    """Each of ATTACKS once through the proxy: its allowed reasons, by name."""
+    for attack in ATTACKS:
+        finish = _finish_reason(client, attack)
+        if attack.cheat in FINISH_SHOWN:
+            assert finish == FINISH_SHOWN[attack.cheat], attack.name
+    return {attack.name: attack.reasons for attack in ATTACKS}
 
 
 @pytest.fixture(scope="module", params=["random", "trained"])
