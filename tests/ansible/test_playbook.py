@@ -29,6 +29,7 @@ import pytest
 import yaml
 from veritap.signing import Signer, Verifier
 
+from appliance.command_line import EXIT_CONFIG
 from collector.config import load_config as load_collector_config
 from tests.ansible.committed_model import CommittedModel, make_committed_model
 from verifierd.commitments import load_commitment
@@ -181,6 +182,9 @@ def applied(tmp_path_factory: pytest.TempPathFactory, network_namespace: str | N
                 "tensor_parallel_size": 1,
             }
         ],
+        # The venv holds the wheel without its dependencies: the checkout's scripts validate.
+        "collector_check_config": f"{BIN}/collector check-config --config %s",
+        "verifier_check_config": f"{BIN}/verifierd check-config --config %s",
         "collector_capture_interface": CAPTURE_NIC,
         "collector_manage_nic": network_namespace is not None,
     }
@@ -280,6 +284,40 @@ def test_verifierd_accepts_the_weights_without_rehashing(applied: Applied) -> No
     )
     cache = WeightsCache(root / "var/lib/veritap/verifierd/weights")
     assert cache.verify(commitment).files_hashed == 0
+
+
+@pytest.mark.parametrize(
+    ("role", "daemon"), [("collector", "collector"), ("verifier", "verifierd")]
+)
+def test_rendered_configs_are_checked_before_they_replace_the_installed_one(
+    role: str, daemon: str, tmp_path: Path
+) -> None:
+    tasks = yaml.safe_load((ANSIBLE / "roles" / role / "tasks/main.yml").read_text())
+    (task,) = [
+        t
+        for t in tasks
+        if t.get("ansible.builtin.template", {}).get("src", "").endswith(f"{daemon}.toml.j2")
+    ]
+    assert task["ansible.builtin.template"]["validate"] == f"{{{{ {role}_check_config }}}}"
+    defaults = yaml.safe_load((ANSIBLE / "roles" / role / "defaults/main.yml").read_text())
+    command = defaults[f"{role}_check_config"]
+    assert command.startswith("{{ veritap_root }}{{ veritap_venv }}/bin/")
+    assert command.endswith(f"/{daemon} check-config --config %s")
+    bad = tmp_path / "rendered.toml"
+    bad.write_text("[log]\nlevel = 'loud'\n")
+    here = command.replace("{{ veritap_root }}{{ veritap_venv }}/bin", str(BIN))
+    argv = here.replace("%s", str(bad)).split()
+    result = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
+    assert result.returncode == EXIT_CONFIG and "log.level" in result.stderr
+
+
+def test_the_journal_catalog_is_installed_and_built(applied: Applied) -> None:
+    catalog = REPO / "appliance/catalog/veritap.catalog"
+    for host in HOSTS:
+        root = applied.root(host)
+        installed = root / "usr/lib/systemd/catalog/veritap.catalog"
+        assert installed.read_bytes() == catalog.read_bytes()
+        assert (root / "var/lib/systemd/catalog/database").stat().st_size > 0
 
 
 def test_units_are_installed_as_shipped(applied: Applied) -> None:
