@@ -41,6 +41,9 @@ response_skew_s = 0.1               # a response captured this much before its r
 max_sse_line_bytes = 4194304        # an SSE line longer than this drops its event (counted,
 max_sse_events = 1048576            # the record truncated), and so does every event past this
 dialects = ["openai-chat", "openai-completions"]
+dialect_path_prefixes = [""]        # each dialect's paths are also matched under these
+                                    # (a gateway's "/openai" serves /openai/v1/chat/...;
+                                    # "": the server's own paths)
 
 [log]
 path = "/var/lib/veritap/log"
@@ -125,6 +128,13 @@ def _dialects(names: tuple[str, ...]) -> tuple[str, ...]:
     if unknown:
         raise problem(f"unknown dialect {unknown[0]!r} (known: {', '.join(DIALECTS)})")
     return names
+
+
+def _path_prefixes(prefixes: tuple[str, ...]) -> tuple[str, ...]:
+    bad = [p for p in prefixes if p and (not p.startswith("/") or p.endswith("/"))]
+    if bad:
+        raise problem(f"prefix {bad[0]!r} must be '' or start with '/' and not end with one")
+    return prefixes
 
 
 def default_origin() -> str:
@@ -264,6 +274,16 @@ class HttpConfig:
         AfterValidator(_dialects),
         Field(description=f"API dialects to extract ({', '.join(DIALECTS)})"),
     ] = tuple(DIALECTS)
+    dialect_path_prefixes: Annotated[
+        tuple[Text, ...],
+        Field(
+            min_length=1,
+            description="the dialects' paths are matched under each of these, as the server "
+            "routes them (a gateway's '/openai': /openai/v1/chat/completions; '': the server's "
+            "own paths)",
+        ),
+        AfterValidator(_path_prefixes),
+    ] = ("",)
 
     def limits(self) -> HttpLimits:
         return HttpLimits(

@@ -96,7 +96,7 @@ class CapturePipeline:
         self._fragment_limits = config.capture.fragment_limits()
         self._counts = _Counts()
         self._http_limits = config.http.limits()
-        self._dialects = DialectRegistry(config.http.dialects)
+        self._dialects = DialectRegistry(config.http.dialects, config.http.dialect_path_prefixes)
         self._builder = RecordBuilder(config.origin, self._dialects)
         self.http_stats = HttpStats()
         self.reassembler = Reassembler(

@@ -2,7 +2,10 @@
 
 A dialect turns an exchange's request body and response into the record's
 `ApiView`. `DIALECTS` maps a dialect name (as used in config) to its extractor.
-Targets are matched by the path the server routes them to (`targets.route_path`).
+Targets are matched by the path the server routes them to (`targets.route_path`),
+under each configured path prefix: a gateway that serves the API at
+`/openai/v1/chat/completions` is the prefix `/openai` (the empty prefix is the
+server's own paths). Matching stays one dictionary lookup per request.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ from collections.abc import Iterable
 from collector.dialects.base import Dialect, Extraction
 from collector.dialects.openai_chat import OpenAIChat
 from collector.dialects.openai_completions import OpenAICompletions
-from collector.dialects.targets import route_path
+from collector.dialects.targets import route_key, route_path
 
 DIALECTS: dict[str, Dialect] = {d.name: d for d in (OpenAIChat(), OpenAICompletions())}
 
@@ -20,12 +23,18 @@ DIALECTS: dict[str, Dialect] = {d.name: d for d in (OpenAIChat(), OpenAICompleti
 class DialectRegistry:
     """The enabled dialects, looked up by request target."""
 
-    def __init__(self, names: Iterable[str]) -> None:
+    def __init__(self, names: Iterable[str], path_prefixes: Iterable[str] = ("",)) -> None:
         self.dialects = [DIALECTS[name] for name in names]
-        self._by_path = {path: d for d in self.dialects for path in d.paths}
+        prefixes = tuple(path_prefixes)
+        self._by_path = {
+            route_key(prefix + path): d
+            for d in self.dialects
+            for path in d.paths
+            for prefix in prefixes
+        }
 
     def for_target(self, target: str) -> Dialect | None:
-        return self._by_path.get(route_path(target).rstrip("/") or "/")
+        return self._by_path.get(route_key(route_path(target)))
 
     def for_object(self, object_type: str) -> Dialect | None:
         """The dialect whose responses carry this `object` field (for orphan responses)."""

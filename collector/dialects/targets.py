@@ -31,3 +31,8 @@ def route_path(target: str) -> str:
             end = found
     path = target[:end]
     return unquote(path) if "%" in path else path
+
+
+def route_key(path: str) -> str:
+    """`path` without its trailing `/` (the module docstring says why): the lookup key."""
+    return path.rstrip("/") or "/"
