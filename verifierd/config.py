@@ -336,7 +336,10 @@ class HidingConfig:
     max_share: Share = 0.5
     reasons: Annotated[
         HidingRates,
-        Field(description="per-reason rates (reason = share in [0, 1]; 1 never alarms)"),
+        Field(
+            description="per-reason rates (reason = share in [0, 1]; 1 never alarms)",
+            json_schema_extra={"default": {}},  # the file's form of the empty default
+        ),
     ] = ()
 
     def rate(self, reason: str) -> float:
