@@ -43,7 +43,8 @@ def test_the_effective_config_has_every_default(capsys: pytest.CaptureFixture[st
     effective = json.loads(capsys.readouterr().out)
     assert effective["verifierd"]["verifier_id"] == "g294-z21-01"
     assert effective["scheduler"]["max_attempts"] == 4
-    assert effective["provers"]["hiding"]["reasons"] == {}
+    assert effective["engines"]["max_batch_tokens"] == 65536
+    assert effective["collectors"][0]["window"] == 4096
 
 
 def test_the_effective_config_reads_back_as_the_same_config(
