@@ -103,8 +103,11 @@ class LivePipeline:
                         verifier_pb2.GetRecordRequest(record_id=verdict.record_id), timeout=10
                     )
                     user = json.loads(request_body(got.record)).get("user")
-                    if isinstance(user, str):
-                        out[user] = _judged(user, got.verdict, got.record.flow.server_port)
+                    if not isinstance(user, str):
+                        continue
+                    # Each exchange the client completed is exactly one record.
+                    assert user not in out and user not in seen, f"two records of {user!r}"
+                    out[user] = _judged(user, got.verdict, got.record.flow.server_port)
                 token = page.next_page_token
                 if not token:
                     return out
