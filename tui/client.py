@@ -242,6 +242,18 @@ class ConsoleClient:
             stub.GetProver(verifier_pb2.GetProverRequest(id=prover), timeout=self._timeout_s),
         )
 
+    async def clear_alarm(self, alarm_id: str, reason: str) -> verifier_pb2.AlarmState:
+        """Clear a prover alarm in force (admin): it is kept, marked cleared, and audited."""
+        stub = self._verifier()
+        response = await self._call(
+            self.verifier,
+            stub.ClearAlarm(
+                verifier_pb2.ClearAlarmRequest(alarm_id=alarm_id, reason=reason),
+                timeout=self._timeout_s,
+            ),
+        )
+        return response.cleared
+
     async def record(self, record_id: str, origin: str) -> RecordDetail:
         stub = self._verifier()
         found = await self._call(

@@ -10,8 +10,10 @@ from textual.widgets import Sparkline, Static
 
 from tests.tui.daemons import DISHONEST_PROVER, HONEST_PROVER, Daemons
 from tests.tui.pilot_waits import loaded, shown_text, until
+from tests.tui.test_intake_alert import RecordingConsole, notified
 from tests.verifierd.provers.prover_fixtures import dishonest
 from tui.app import VeritapConsole
+from tui.screens.clear_alert import ClearWithReasonScreen
 from tui.screens.provers import ProversScreen
 from tui.screens.record import RecordScreen
 from tui.widgets.keyed_table import KeyedTable
@@ -79,3 +81,39 @@ async def test_the_provers_screen_shows_state_statistic_and_the_records_behind_a
         await pilot.press("enter")
         detail = await loaded(pilot)
         assert isinstance(detail, RecordScreen) and detail.record_id == record_id
+
+
+async def test_an_admin_clears_an_alarm_with_a_reason_and_an_operator_may_not(
+    prover_daemons: Daemons,
+) -> None:
+    operator = RecordingConsole(prover_daemons.client(), refresh_s=3600)
+    async with operator.run_test(size=SIZE) as pilot:
+        await loaded(pilot)
+        await pilot.press("7")
+        await loaded(pilot)
+        await pilot.press("c")
+        await until(pilot, lambda: isinstance(operator.screen, ClearWithReasonScreen), "ask")
+        await pilot.press(*"looked fine", "enter")
+        await until(pilot, lambda: bool(notified(operator, "not cleared")), "the refusal")
+        assert "PERMISSION_DENIED" in notified(operator, "not cleared")[0]
+
+    admin = RecordingConsole(prover_daemons.client(prover_daemons.pki.admin), refresh_s=3600)
+    async with admin.run_test(size=SIZE) as pilot:
+        await loaded(pilot)
+        await pilot.press("7")
+        await loaded(pilot)
+        await pilot.press("c")
+        await until(pilot, lambda: isinstance(admin.screen, ClearWithReasonScreen), "ask")
+        evidence = shown_text(admin.screen.query_one("#clear-alert-evidence", Static))
+        assert evidence.startswith("DISHONEST: ln e")
+        await pilot.press(*"redeployed the committed model", "enter")
+        await until(pilot, lambda: bool(notified(admin, "alarms cleared")), "the clearing")
+
+        def state() -> str:
+            return {r[0]: r[1] for r in rows(admin, "#provers")}[DISHONEST_PROVER.label]
+
+        await until(pilot, lambda: state() != "DISHONEST", "the cleared state")
+        assert state() == "no test"  # cleared: its test starts again from the next verdict
+    assert prover_daemons.provers is not None and prover_daemons.provers.alarms() == []
+    [cleared] = prover_daemons.provers.alarms(include_cleared=True)
+    assert cleared.clear_reason == "redeployed the committed model"

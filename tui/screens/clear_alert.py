@@ -1,14 +1,16 @@
-"""Clear an intake alert: the evidence in short, and the reason the audit log will keep.
+"""Clear an alert or an alarm: the evidence in short, and the reason the audit log will keep.
 
-Nothing is sent until the operator types a reason and presses Enter. verifierd then asks
-the collector and resumes intake only if its log agrees again with what was stored;
-otherwise it answers what still disagrees, which the Overview shows.
+Nothing is sent until the operator types a reason and presses Enter. For an intake
+alert verifierd then asks the collector and resumes intake only if its log agrees again
+with what was stored; otherwise it answers what still disagrees, which the Overview shows.
+A prover alarm is kept, marked cleared (Provers screen).
 """
 
 from __future__ import annotations
 
 from typing import ClassVar
 
+from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Vertical
@@ -42,45 +44,60 @@ def evidence_lines(alert: verifier_pb2.IntakeAlert) -> list[str]:
     return lines
 
 
-class ClearAlertScreen(ModalScreen[str | None]):
-    """Answers the reason typed, or None when cancelled."""
+class ClearWithReasonScreen(ModalScreen[str | None]):
+    """Asks why; answers the reason typed, or None when cancelled."""
 
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape", "cancel", "Cancel", show=False),
     ]
 
-    def __init__(self, alert: verifier_pb2.IntakeAlert) -> None:
+    def __init__(self, question: str, evidence: list[str], consequence: str) -> None:
         super().__init__()
-        self._alert = alert
+        self._question = question
+        self._evidence = evidence
+        self._consequence = consequence
 
     def compose(self) -> ComposeResult:
-        alert = self._alert
         with Vertical(id="clear-alert"):
+            yield Static(formats.shown(self._question), id="clear-alert-title", markup=False)
             yield Static(
-                formats.shown(f"Resume intake from {alert.origin} ({alert.reason})?"),
-                id="clear-alert-title",
-                markup=False,
-            )
-            yield Static(
-                formats.shown("\n".join(evidence_lines(alert))),
-                id="clear-alert-evidence",
-                markup=False,
+                formats.shown("\n".join(self._evidence)), id="clear-alert-evidence", markup=False
             )
             yield Input(placeholder="why (kept in the audit log)", id="clear-alert-reason")
             yield Static(
-                "verifierd resumes only if the collector's log agrees with what it stored.\n"
-                "[b]Enter[/] clear    [b]Esc[/] cancel",
+                Text.assemble(
+                    formats.shown(self._consequence),
+                    "\n",
+                    ("Enter", "bold"),
+                    " clear    ",
+                    ("Esc", "bold"),
+                    " cancel",
+                ),
                 id="clear-alert-keys",
+                markup=False,
             )
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
         reason = event.value.strip()
         if not reason:
             self.query_one("#clear-alert-keys", Static).update(
-                "[b red]a reason is required[/]    [b]Esc[/] cancel"
+                Text.assemble(
+                    ("a reason is required", "bold red"), "    ", ("Esc", "bold"), " cancel"
+                )
             )
             return
         self.dismiss(reason)
 
     def action_cancel(self) -> None:
         self.dismiss(None)
+
+
+class ClearAlertScreen(ClearWithReasonScreen):
+    """Clearing an intake alert: resume intake from its collector."""
+
+    def __init__(self, alert: verifier_pb2.IntakeAlert) -> None:
+        super().__init__(
+            f"Resume intake from {alert.origin} ({alert.reason})?",
+            evidence_lines(alert),
+            "verifierd resumes only if the collector's log agrees with what it stored.",
+        )

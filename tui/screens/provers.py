@@ -2,23 +2,30 @@
 the sequential test's statistic over time, and the records behind its alarms.
 
 The table lists every prover (ListProvers), those with an alarm first: its state (the
-alarms in force, or ``ok``, or ``no test`` while no honest calibration is stored for what
-it serves), the test's statistic against the bound that raises an alarm, the tokens
-pooled, and its share of UNVERIFIABLE verdicts since first seen. For the highlighted
-prover (GetProver): the statistic after each verdict that moved it as a sparkline, its
-alarms, and the records of the verdicts that drove them; Enter on one opens it.
+alarms in force, or ``ok``, or ``no test`` while none runs: no honest calibration is
+stored for what it serves, or an alarm was just cleared), the test's statistic against
+the bound that raises an alarm, the tokens pooled, and its share of UNVERIFIABLE
+verdicts since first seen. For the highlighted prover (GetProver): the statistic after
+each verdict that moved it as a sparkline, its alarms, and the records of the verdicts
+that drove them; Enter on one opens it. ``c`` clears the highlighted prover's alarms in
+force with a reason (admin certificate; each alarm is kept, marked cleared, and the
+audit log keeps the reason).
 """
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from rich.text import Text
 from textual import work
 from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
 from textual.widgets import DataTable, Label, Sparkline, Static
 from veritap.v1 import verifier_pb2
 
 from tui import formats
 from tui.client import CallRefusedError, DaemonUnavailableError
+from tui.screens.clear_alert import ClearWithReasonScreen
 from tui.screens.console_screen import ConsoleScreen
 from tui.widgets.keyed_table import KeyedTable, OpenableTable, Row
 
@@ -88,6 +95,9 @@ def alarms_text(alarms: list[verifier_pb2.AlarmState]) -> Text:
 class ProversScreen(ConsoleScreen):
     NAV = "provers"
     AUTO_FOCUS = "#provers"
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("c", "clear_alarm", "Clear alarm…"),
+    ]
 
     def __init__(self) -> None:
         super().__init__()
@@ -125,6 +135,7 @@ class ProversScreen(ConsoleScreen):
         )
         self._provers = {prover_key(p.id): p for p in provers}
         self.query_one("#provers", KeyedTable).show_rows([prover_row(p) for p in provers])
+        self.refresh_bindings()
         await self._show_detail()
 
     async def _show_detail(self) -> None:
@@ -142,7 +153,7 @@ class ProversScreen(ConsoleScreen):
         self._show_title(
             f"Test statistic (ln e-value), last {len(points)} verdicts; alarm at {bound:.1f}"
             if bound
-            else "Test statistic: no test (no honest calibration stored)"
+            else "Test statistic: no test running"
         )
         self.query_one("#alarms", Static).update(alarms_text(list(detail.alarms)))
         rows: list[Row] = []
@@ -167,9 +178,46 @@ class ProversScreen(ConsoleScreen):
     def _show_title(self, text: str) -> None:
         self.query_one("#evidence-title", Label).update(formats.shown(text))
 
+    def _highlighted(self) -> verifier_pb2.Prover | None:
+        return self._provers.get(self.query_one("#provers", KeyedTable).current_key() or "")
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "clear_alarm":
+            prover = self._highlighted()
+            return prover is not None and bool(prover.alarms)
+        return True
+
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
         if event.data_table.id == "provers":
+            self.refresh_bindings()
             self._reload_detail()
+
+    def action_clear_alarm(self) -> None:
+        prover = self._highlighted()
+        if prover is not None and prover.alarms:
+            self._ask_clear(prover)
+
+    @work(exclusive=True, group="clear-alarm")
+    async def _ask_clear(self, prover: verifier_pb2.Prover) -> None:
+        label = formats.prover_label(prover.id)
+        lines = [formats.alarm_line(state.alarm) for state in prover.alarms]
+        reason = await self.app.push_screen_wait(
+            ClearWithReasonScreen(
+                f"Clear the alarms on {label}?",
+                lines,
+                "The alarms are kept, marked cleared; a DISHONEST one restarts the test.",
+            )
+        )
+        if reason is None:
+            return
+        for state in prover.alarms:
+            try:
+                await self.client.clear_alarm(state.alarm.alarm_id, reason)
+            except (CallRefusedError, DaemonUnavailableError) as exc:
+                self.tell(str(exc), title="not cleared", severity="error", timeout=20)
+                return
+        self.tell(f"{label}: {len(prover.alarms)} cleared", title="alarms cleared")
+        self.action_reload()
 
     @work(exclusive=True, group="prover")
     async def _reload_detail(self) -> None:
