@@ -137,6 +137,7 @@ class RecordBuilder:
             )
             if whole:
                 found += [(Q.CAPTURE_QUALITY_PARSE_ERROR, f"api: {p}") for p in extraction.problems]
+            found += [(Q.CAPTURE_QUALITY_TRUNCATED, f"api: {t}") for t in extraction.truncations]
             self.stats.by_dialect[dialect.name] += 1
         if request is not None:
             in_view = extraction is not None and extraction.request_in_view

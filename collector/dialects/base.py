@@ -20,7 +20,9 @@ model comes from the request alone, never from the response, so the prover
 cannot choose the commitment.
 Whatever the bodies hold, `extract` returns an `Extraction`: bodies that
 Python's json cannot hold and strings protobuf refuses become problems (see
-`json_values`), never exceptions.
+`json_values`), never exceptions. What a dialect's choices carry beyond their
+text (chat's tool calls and reasoning) is read by its `ChoiceExtras`, within
+caps whose cuts are the extraction's truncations.
 """
 
 from __future__ import annotations
@@ -73,6 +75,8 @@ class Extraction:
     view: record_pb2.ApiView
     problems: tuple[str, ...]
     request_in_view: bool = False
+    #: What the view left out at the collector's caps (each a reason; the record is truncated).
+    truncations: tuple[str, ...] = ()
 
 
 def _as_float(value: object) -> float | None:
@@ -178,7 +182,7 @@ def fill_usage(usage: object, view: record_pb2.ApiView) -> None:
             setattr(view.usage, name, value)
 
 
-def _fit(text: str, problems: list[str]) -> str:
+def fit_text(text: str, problems: list[str]) -> str:
     """`text` as protobuf takes it; a changed text is reported once."""
     fitted = proto_text(text)
     if fitted is not text and _LONE_SURROGATE not in problems:
@@ -207,6 +211,26 @@ def _count_after_end(events: Iterator[SdkEvent], view: record_pb2.ApiView) -> No
         view.events_after_end_sha256 = digest.digest()
 
 
+class ChoiceExtras(ABC):
+    """What one response's choices carry beyond their text, read within bounded memory."""
+
+    @abstractmethod
+    def document_choice(self, item: dict[str, object], choice: record_pb2.Choice) -> None:
+        """Fill `choice` from its non-streamed JSON object."""
+
+    @abstractmethod
+    def delta(self, index: int, item: dict[str, object]) -> None:
+        """Take one streamed chunk's choice object (`index` is its choice index)."""
+
+    @abstractmethod
+    def finish(self, index: int, choice: record_pb2.Choice) -> None:
+        """Fill `choice` from what the stream's chunks for `index` carried."""
+
+    @abstractmethod
+    def report(self, problems: list[str]) -> tuple[str, ...]:
+        """Add what could not be read to `problems`; the truncations at the caps."""
+
+
 class _ChoiceAccumulator:
     """A streamed choice assembled from its deltas."""
 
@@ -232,6 +256,7 @@ class Dialect(ABC):
         view = record_pb2.ApiView(dialect=self.name)
         problems: list[str] = []
         request_in_view = False
+        extras = self._extras()
         if request_body:
             try:
                 request = load(request_body)
@@ -248,12 +273,17 @@ class Dialect(ABC):
             streamed = sampling.stream if sampling.HasField("stream") else response.is_sse
             try:
                 if streamed and response.status < 400:
-                    self._stream(response, view, problems)
+                    self._stream(response, view, problems, extras)
                 elif response.body:
-                    self._document(response, view, problems)
+                    self._document(response, view, problems, extras)
             except JsonError as exc:
                 problems.append(f"response cannot be written as JSON: {exc}")
-        return Extraction(view, tuple(problems), request_in_view)
+        truncations = extras.report(problems) if extras is not None else ()
+        return Extraction(view, tuple(problems), request_in_view, truncations)
+
+    def _extras(self) -> ChoiceExtras | None:
+        """A reader of what this dialect's choices carry beyond their text (none by default)."""
+        return None
 
     def _request(
         self, request: dict[str, object], view: record_pb2.ApiView, problems: list[str]
@@ -277,7 +307,11 @@ class Dialect(ABC):
         )
 
     def _document(
-        self, response: ResponseMessage, view: record_pb2.ApiView, problems: list[str]
+        self,
+        response: ResponseMessage,
+        view: record_pb2.ApiView,
+        problems: list[str],
+        extras: ChoiceExtras | None,
     ) -> None:
         try:
             document = load(response.body)
@@ -288,7 +322,7 @@ class Dialect(ABC):
                 problems.append(f"response body is not JSON: {exc}")
             return
         if response.status >= 400:
-            view.error = _fit(error_message(document), problems)
+            view.error = fit_text(error_message(document), problems)
             return
         if not isinstance(document, dict):
             problems.append("response body is not a JSON object")
@@ -306,10 +340,10 @@ class Dialect(ABC):
             choice = view.choices.add()
             index = _as_int(item.get("index"))
             choice.index = index if index is not None and index >= 0 else position
-            choice.text = _fit(self._choice_text(item), problems)
+            choice.text = fit_text(self._choice_text(item), problems)
             finish = item.get("finish_reason")
             if isinstance(finish, str):
-                choice.finish_reason = _fit(finish, problems)
+                choice.finish_reason = fit_text(finish, problems)
             if item.get("stop_reason") is not None:
                 choice.stop_reason_json = canonical_json(item["stop_reason"])
             ids = _as_token_ids(item.get("token_ids"))
@@ -318,10 +352,16 @@ class Dialect(ABC):
             prompt_ids = _as_token_ids(item.get("prompt_token_ids"))
             if prompt_ids is not None:
                 set_token_ids(choice.prompt_token_ids, prompt_ids)
+            if extras is not None:
+                extras.document_choice(item, choice)
         self._shared_prompt(view)
 
     def _stream(
-        self, response: ResponseMessage, view: record_pb2.ApiView, problems: list[str]
+        self,
+        response: ResponseMessage,
+        view: record_pb2.ApiView,
+        problems: list[str],
+        extras: ChoiceExtras | None,
     ) -> None:
         choices: dict[int, _ChoiceAccumulator] = {}
         bad = 0
@@ -343,7 +383,7 @@ class Dialect(ABC):
                 bad += 1
                 continue
             if is_error(chunk):
-                view.error = _fit(error_message(chunk), problems)
+                view.error = fit_text(error_message(chunk), problems)
                 break
             if not view.response_id:
                 self._header_fields(chunk, view, problems)
@@ -364,6 +404,8 @@ class Dialect(ABC):
                 text = delta_text(item)
                 if text:
                     acc.text.append(text)
+                if extras is not None:
+                    extras.delta(index, item)
                 ids = item.get("token_ids")
                 if type(ids) is list:
                     if acc.token_ids is None:
@@ -385,8 +427,8 @@ class Dialect(ABC):
             acc = choices[index]
             choice = view.choices.add(
                 index=index,
-                text=_fit("".join(acc.text), problems),
-                finish_reason=_fit(acc.finish_reason, problems),
+                text=fit_text("".join(acc.text), problems),
+                finish_reason=fit_text(acc.finish_reason, problems),
                 stop_reason_json=acc.stop_reason,
             )
             if acc.token_ids is not None:
@@ -397,6 +439,8 @@ class Dialect(ABC):
                     set_token_ids(choice.token_ids, ids)
             if acc.prompt_token_ids is not None:
                 set_token_ids(choice.prompt_token_ids, acc.prompt_token_ids)
+            if extras is not None:
+                extras.finish(index, choice)
         if bad:
             problems.append(f"{bad} SSE event(s) are not chunks of this API")
         self._shared_prompt(view)
@@ -408,7 +452,7 @@ class Dialect(ABC):
         """The response's id and prompt ids (its `model` is a claim, never the record's)."""
         response_id = document.get("id")
         if isinstance(response_id, str):
-            view.response_id = _fit(response_id, problems)
+            view.response_id = fit_text(response_id, problems)
         prompt_ids = _as_token_ids(document.get("prompt_token_ids"))
         if prompt_ids is not None and not view.HasField("prompt_token_ids"):
             set_token_ids(view.prompt_token_ids, prompt_ids)

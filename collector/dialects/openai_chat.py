@@ -6,11 +6,13 @@ Streamed: the first chunk of each choice carries the role and (with
 `return_token_ids`) the top-level `prompt_token_ids`; later chunks carry
 `delta.content` and the delta `token_ids`; the finishing chunk has
 `finish_reason`; an optional last chunk has only `usage`; `[DONE]` ends it.
+Tool calls and reasoning, in both, are read by `chat_extras`.
 """
 
 from __future__ import annotations
 
-from collector.dialects.base import Dialect
+from collector.dialects.base import ChoiceExtras, Dialect
+from collector.dialects.chat_extras import ChatExtras
 
 
 class OpenAIChat(Dialect):
@@ -18,6 +20,9 @@ class OpenAIChat(Dialect):
     paths = frozenset({"/v1/chat/completions"})
     response_objects = frozenset({"chat.completion", "chat.completion.chunk"})
     prompt_key = "messages"
+
+    def _extras(self) -> ChoiceExtras:
+        return ChatExtras()
 
     def _choice_text(self, choice: dict[str, object]) -> str:
         message = choice.get("message")

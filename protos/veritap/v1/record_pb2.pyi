@@ -465,17 +465,35 @@ class Choice(_message.Message):
     FINISH_REASON_FIELD_NUMBER: _builtins.int
     PROMPT_TOKEN_IDS_FIELD_NUMBER: _builtins.int
     STOP_REASON_JSON_FIELD_NUMBER: _builtins.int
+    TOOL_CALLS_FIELD_NUMBER: _builtins.int
+    REASONING_FIELD_NUMBER: _builtins.int
+    TOOL_CALLS_TRUNCATED_FIELD_NUMBER: _builtins.int
     index: _builtins.int
     text: _builtins.str
     finish_reason: _builtins.str
     stop_reason_json: _builtins.str
     """The stop string or token id that ended the choice, as JSON ("" when absent)."""
+    reasoning: _builtins.str
+    """Chat: the reasoning text (vLLM's `reasoning`, or `reasoning_content` of
+    older servers); absent when the response carried none.
+    """
+    tool_calls_truncated: _builtins.bool
+    """Tool calls were dropped or cut at the collector's caps (the record is
+    then TRUNCATED, with the reason).
+    """
     @_builtins.property
     def token_ids(self) -> Global___TokenIds: ...
     @_builtins.property
     def prompt_token_ids(self) -> Global___TokenIds:
         """Completions only: the prompt this choice continues (a request may carry several
         prompts; vLLM returns each choice's prompt_token_ids with the choice).
+        """
+
+    @_builtins.property
+    def tool_calls(self) -> _containers.RepeatedCompositeFieldContainer[Global___ToolCall]:
+        """Chat: the tool calls the client's SDK shows (`message.tool_calls`, or a
+        stream's `delta.tool_calls` fragments accumulated as the openai SDK does),
+        in its order; at most the collector's caps (then `tool_calls_truncated`).
         """
 
     def __init__(
@@ -487,14 +505,51 @@ class Choice(_message.Message):
         finish_reason: _builtins.str = ...,
         prompt_token_ids: Global___TokenIds | None = ...,
         stop_reason_json: _builtins.str = ...,
+        tool_calls: _abc.Iterable[Global___ToolCall] | None = ...,
+        reasoning: _builtins.str | None = ...,
+        tool_calls_truncated: _builtins.bool = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["prompt_token_ids", b"prompt_token_ids", "token_ids", b"token_ids"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_reasoning", b"_reasoning", "prompt_token_ids", b"prompt_token_ids", "reasoning", b"reasoning", "token_ids", b"token_ids"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["finish_reason", b"finish_reason", "index", b"index", "prompt_token_ids", b"prompt_token_ids", "stop_reason_json", b"stop_reason_json", "text", b"text", "token_ids", b"token_ids"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_reasoning", b"_reasoning", "finish_reason", b"finish_reason", "index", b"index", "prompt_token_ids", b"prompt_token_ids", "reasoning", b"reasoning", "stop_reason_json", b"stop_reason_json", "text", b"text", "token_ids", b"token_ids", "tool_calls", b"tool_calls", "tool_calls_truncated", b"tool_calls_truncated"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__reasoning: _TypeAlias = _typing.Literal["reasoning"]  # noqa: Y015
+    _WhichOneofArgType__reasoning: _TypeAlias = _typing.Literal["_reasoning", b"_reasoning"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__reasoning) -> _WhichOneofReturnType__reasoning | None: ...
+
+Global___Choice: _TypeAlias = Choice  # noqa: Y015
+
+@_typing.final
+class ToolCall(_message.Message):
+    """One tool call of a chat choice, its parts as the client's SDK shows them."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ID_FIELD_NUMBER: _builtins.int
+    TYPE_FIELD_NUMBER: _builtins.int
+    FUNCTION_NAME_FIELD_NUMBER: _builtins.int
+    FUNCTION_ARGUMENTS_FIELD_NUMBER: _builtins.int
+    id: _builtins.str
+    type: _builtins.str
+    """"function" from vLLM ("" when absent)."""
+    function_name: _builtins.str
+    function_arguments: _builtins.str
+    """The arguments as the model wrote them (JSON text, not parsed)."""
+    def __init__(
+        self,
+        *,
+        id: _builtins.str = ...,
+        type: _builtins.str = ...,
+        function_name: _builtins.str = ...,
+        function_arguments: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["function_arguments", b"function_arguments", "function_name", b"function_name", "id", b"id", "type", b"type"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
-Global___Choice: _TypeAlias = Choice  # noqa: Y015
+Global___ToolCall: _TypeAlias = ToolCall  # noqa: Y015
 
 @_typing.final
 class Usage(_message.Message):

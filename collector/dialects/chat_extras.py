@@ -1,0 +1,279 @@
+"""Tool calls and reasoning of chat choices, as the client's openai SDK shows them.
+
+A document's choice carries them in `message.tool_calls` (each `{id, type,
+function: {name, arguments}}`) and `message.reasoning` (vLLM; older servers say
+`reasoning_content`: the first of the two that is a non-empty string is kept).
+A stream carries them as `delta` fragments, accumulated as openai-python's
+stream helpers do (`openai/lib/streaming/_deltas.py: accumulate_delta`):
+
+- `delta.tool_calls` fragments are placed by their `index` the way that code
+  places them in a Python list: an index the list holds (negative ones too)
+  merges into that call, any other inserts a new call there (`list.insert`
+  clamps it: an index of 10^9 appends, and a later fragment with the same index
+  appends again, as in the SDK);
+- `id`, `function.name` and `function.arguments` are concatenated, `null` adds
+  nothing; `type` is replaced by each fragment that has it, `null` included;
+- `delta.reasoning` and `delta.reasoning_content` are each concatenated.
+
+The SDK's stream helper (`ChatCompletionStreamState`) then looks each fragment's
+call up by its index and raises where the list has none (an index past the
+end): such fragments are assembled as above and counted as a problem.
+
+Where the SDK would raise or keep a non-string (a fragment that is not an
+object, an index that is not an integer, a name that is a number) the fragment
+or field is left out and counted as malformed: the record cannot hold what the
+client saw there.
+
+Each response is bounded, whatever the prover sends: at most `MAX_TOOL_CALLS`
+tool calls and `MAX_TOOL_CALL_BYTES` of their strings (UTF-8) across its
+choices. Past a cap, calls are dropped and strings cut; the choice says
+`tool_calls_truncated` and the extraction reports the truncation. Work is
+linear in the fragments; memory is the caps plus the reasoning text (which, like
+the content, is bounded by the body).
+"""
+
+from __future__ import annotations
+
+from veritap.v1 import record_pb2
+
+from collector.dialects.base import ChoiceExtras, fit_text
+
+MAX_TOOL_CALLS = 256
+MAX_TOOL_CALL_BYTES = 1 << 20
+_REASONING_KEYS = ("reasoning", "reasoning_content")
+
+
+def _utf8_length(text: str) -> int:
+    return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
+
+
+class _Budget:
+    """What is left of one response's caps, and what was dropped at them."""
+
+    __slots__ = (
+        "bytes_cut",
+        "bytes_left",
+        "calls_dropped",
+        "calls_left",
+        "malformed",
+        "misplaced",
+    )
+
+    def __init__(self) -> None:
+        self.calls_left = MAX_TOOL_CALLS
+        self.bytes_left = MAX_TOOL_CALL_BYTES
+        self.calls_dropped = 0
+        self.bytes_cut = 0
+        self.malformed = 0
+        self.misplaced = 0
+
+    def take_call(self) -> bool:
+        if self.calls_left:
+            self.calls_left -= 1
+            return True
+        self.calls_dropped += 1
+        return False
+
+    def take_text(self, text: str) -> tuple[str, bool]:
+        """The part of `text` that fits, and whether it was cut."""
+        size = _utf8_length(text)
+        if size <= self.bytes_left:
+            self.bytes_left -= size
+            return text, False
+        kept = text.encode("utf-8", "surrogatepass")[: self.bytes_left].decode("utf-8", "ignore")
+        self.bytes_cut += size - self.bytes_left
+        self.bytes_left = 0
+        return kept, True
+
+    def give_back(self, text: str) -> None:
+        self.bytes_left += _utf8_length(text)
+
+
+class _StreamedCall:
+    """One tool call assembled from its fragments."""
+
+    __slots__ = ("arguments", "id", "name", "type")
+
+    def __init__(self) -> None:
+        self.id: list[str] = []
+        self.type = ""
+        self.name: list[str] = []
+        self.arguments: list[str] = []
+
+
+class _StreamedChoice:
+    __slots__ = ("calls", "reasoning", "truncated")
+
+    def __init__(self) -> None:
+        self.calls: list[_StreamedCall] = []
+        self.reasoning: dict[str, list[str]] = {}
+        self.truncated = False
+
+
+def _reasoning(message: dict[str, object]) -> str | None:
+    for key in _REASONING_KEYS:
+        value = message.get(key)
+        if isinstance(value, str) and value:
+            return value
+    return None
+
+
+class ChatExtras(ChoiceExtras):
+    """Tool calls and reasoning of one chat response's choices (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self._budget = _Budget()
+        self._streamed: dict[int, _StreamedChoice] = {}
+        self._problems: list[str] = []
+
+    def document_choice(self, item: dict[str, object], choice: record_pb2.Choice) -> None:
+        message = item.get("message")
+        if type(message) is not dict:
+            return
+        reasoning = _reasoning(message)
+        if reasoning is not None:
+            choice.reasoning = fit_text(reasoning, self._problems)
+        calls = message.get("tool_calls")
+        if calls is None:
+            return
+        if type(calls) is not list:
+            self._budget.malformed += 1
+            return
+        for call in calls:
+            if type(call) is not dict:
+                self._budget.malformed += 1
+            elif not self._budget.take_call():
+                choice.tool_calls_truncated = True
+            else:
+                self._document_call(call, choice)
+
+    def _document_call(self, call: dict[str, object], choice: record_pb2.Choice) -> None:
+        function = call.get("function")
+        if function is not None and type(function) is not dict:
+            self._budget.malformed += 1
+            function = None
+        parts = {
+            "id": call.get("id"),
+            "type": call.get("type"),
+            "function_name": function.get("name") if function else None,
+            "function_arguments": function.get("arguments") if function else None,
+        }
+        out = choice.tool_calls.add()
+        for field, value in parts.items():
+            if value is None:
+                continue
+            if type(value) is not str:
+                self._budget.malformed += 1
+                continue
+            kept, cut = self._budget.take_text(value)
+            choice.tool_calls_truncated |= cut
+            setattr(out, field, fit_text(kept, self._problems))
+
+    def delta(self, index: int, item: dict[str, object]) -> None:
+        delta = item.get("delta")
+        if type(delta) is not dict:
+            return
+        calls = delta.get("tool_calls")
+        reasoning = [(key, delta.get(key)) for key in _REASONING_KEYS if key in delta]
+        if calls is None and not reasoning:
+            return
+        choice = self._streamed.get(index)
+        if choice is None:
+            choice = self._streamed[index] = _StreamedChoice()
+        for key, text in reasoning:
+            if type(text) is str:
+                choice.reasoning.setdefault(key, []).append(text)
+        if calls is None:
+            return
+        if type(calls) is not list:
+            self._budget.malformed += 1
+            return
+        for fragment in calls:
+            position = fragment.get("index") if type(fragment) is dict else None
+            if type(position) is not int:
+                self._budget.malformed += 1
+                continue
+            self._merge(choice, position, fragment)
+
+    def _merge(self, choice: _StreamedChoice, position: int, fragment: dict[str, object]) -> None:
+        """Merge a fragment into the call at `position`, or insert one, as list indexing does."""
+        calls = choice.calls
+        if -len(calls) <= position < len(calls):
+            call = calls[position]
+        elif self._budget.take_call():
+            call = _StreamedCall()
+            calls.insert(min(max(position, -len(calls)), len(calls)), call)
+            if not -len(calls) <= position < len(calls):
+                self._budget.misplaced += 1
+        else:
+            choice.truncated = True
+            return
+        if "type" in fragment:
+            kind = fragment["type"]
+            self._budget.give_back(call.type)
+            call.type = ""
+            if type(kind) is str:
+                call.type = self._take(choice, kind)
+            elif kind is not None:
+                self._budget.malformed += 1
+        self._append(choice, call.id, fragment.get("id"))
+        function = fragment.get("function")
+        if type(function) is dict:
+            self._append(choice, call.name, function.get("name"))
+            self._append(choice, call.arguments, function.get("arguments"))
+        elif function is not None:
+            self._budget.malformed += 1
+
+    def _append(self, choice: _StreamedChoice, parts: list[str], value: object) -> None:
+        if type(value) is str:
+            if value:
+                parts.append(self._take(choice, value))
+        elif value is not None:
+            self._budget.malformed += 1
+
+    def _take(self, choice: _StreamedChoice, text: str) -> str:
+        kept, cut = self._budget.take_text(text)
+        choice.truncated |= cut
+        return kept
+
+    def finish(self, index: int, choice: record_pb2.Choice) -> None:
+        streamed = self._streamed.get(index)
+        if streamed is None:
+            return
+        for key in _REASONING_KEYS:
+            reasoning = "".join(streamed.reasoning.get(key, ()))
+            if reasoning:
+                choice.reasoning = fit_text(reasoning, self._problems)
+                break
+        fit = self._problems
+        for call in streamed.calls:
+            choice.tool_calls.add(
+                id=fit_text("".join(call.id), fit),
+                type=fit_text(call.type, fit),
+                function_name=fit_text("".join(call.name), fit),
+                function_arguments=fit_text("".join(call.arguments), fit),
+            )
+        choice.tool_calls_truncated = streamed.truncated
+
+    def report(self, problems: list[str]) -> tuple[str, ...]:
+        problems.extend(p for p in self._problems if p not in problems)
+        budget = self._budget
+        if budget.malformed:
+            problems.append(
+                f"{budget.malformed} tool call part(s) are not what the SDK reads (not recorded)"
+            )
+        if budget.misplaced:
+            problems.append(
+                f"{budget.misplaced} tool call fragment(s) with an index past the calls "
+                "(the SDK's stream helper raises there)"
+            )
+        truncations = []
+        if budget.calls_dropped:
+            truncations.append(
+                f"{budget.calls_dropped} tool call(s) past the cap of {MAX_TOOL_CALLS} dropped"
+            )
+        if budget.bytes_cut:
+            truncations.append(
+                f"{budget.bytes_cut} bytes of tool calls past the cap of {MAX_TOOL_CALL_BYTES} cut"
+            )
+        return tuple(truncations)
