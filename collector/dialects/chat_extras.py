@@ -102,11 +102,12 @@ class _StreamedCall:
 
 
 class _StreamedChoice:
-    __slots__ = ("calls", "reasoning", "truncated")
+    __slots__ = ("calls", "older_reasoning", "reasoning", "truncated")
 
     def __init__(self) -> None:
         self.calls: list[_StreamedCall] = []
-        self.reasoning: dict[str, list[str]] = {}
+        self.reasoning: list[str] = []
+        self.older_reasoning: list[str] = []  # `reasoning_content`
         self.truncated = False
 
 
@@ -174,15 +175,17 @@ class ChatExtras(ChoiceExtras):
         if type(delta) is not dict:
             return
         calls = delta.get("tool_calls")
-        reasoning = [(key, delta.get(key)) for key in _REASONING_KEYS if key in delta]
-        if calls is None and not reasoning:
-            return
+        reasoning = delta.get("reasoning")
+        older_reasoning = delta.get("reasoning_content")
+        if calls is None and reasoning is None and older_reasoning is None:
+            return  # a content delta: the hot path
         choice = self._streamed.get(index)
         if choice is None:
             choice = self._streamed[index] = _StreamedChoice()
-        for key, text in reasoning:
-            if type(text) is str:
-                choice.reasoning.setdefault(key, []).append(text)
+        if type(reasoning) is str:
+            choice.reasoning.append(reasoning)
+        if type(older_reasoning) is str:
+            choice.older_reasoning.append(older_reasoning)
         if calls is None:
             return
         if type(calls) is not list:
@@ -240,11 +243,9 @@ class ChatExtras(ChoiceExtras):
         streamed = self._streamed.get(index)
         if streamed is None:
             return
-        for key in _REASONING_KEYS:
-            reasoning = "".join(streamed.reasoning.get(key, ()))
-            if reasoning:
-                choice.reasoning = fit_text(reasoning, self._problems)
-                break
+        reasoning = "".join(streamed.reasoning) or "".join(streamed.older_reasoning)
+        if reasoning:
+            choice.reasoning = fit_text(reasoning, self._problems)
         fit = self._problems
         for call in streamed.calls:
             choice.tool_calls.add(
