@@ -203,13 +203,23 @@ class ProverTables:
         for window in self._windows:
             self._add(txn, pkey, window.seconds, window.bucket(at), tally)
             self._prune(txn, pkey, window, at)
-        raised = []
-        if tally.tokens and cid:
-            raised += self._test(txn, prover, summary, verdict)
-        if verdict.status == _UNVERIFIABLE and verdict.reason in HIDING_REASONS:
-            keep = self._config.alarm_record_ids
-            _remember(summary.hidden, verdict.reason, verdict.record_id, keep)
-            raised += self._hiding(txn, prover, summary, at)
+        raised: list[verifier_pb2.AlarmState] = []
+        try:
+            if tally.tokens and cid:
+                raised += self._test(txn, prover, summary, verdict)
+            if verdict.status == _UNVERIFIABLE and verdict.reason in HIDING_REASONS:
+                keep = self._config.alarm_record_ids
+                _remember(summary.hidden, verdict.reason, verdict.record_id, keep)
+                raised += self._hiding(txn, prover, summary, at)
+        except lmdb.Error:
+            raise  # the store's (a full map grows and the transaction reruns)
+        except Exception:
+            # A bug here must not stop the verdicts: the verdict and its counts are kept,
+            # and the log says which prover's judgement missed it.
+            log.exception(
+                "prover judgement failed",
+                extra={"prover": prover.label, "origin": verdict.origin, "seq": verdict.seq},
+            )
         txn.put(pkey, summary.to_json(), db=self._dbs["provers"])
         return raised
 

@@ -226,3 +226,16 @@ def test_hiding_respects_per_reason_rates_and_never_blames_the_verifier(
     verifier.traffic.send(HONEST, [unverifiable("no_output") for _ in range(30)])
     verifier.traffic.send(HONEST, [unverifiable("no_seed") for _ in range(5)])
     assert verifier.tables.alarms() == []
+
+
+def test_a_failure_in_the_judgement_never_stops_a_verdict_nor_its_counts(
+    verifier: Verifier, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = verifier.store
+    tails = store.open_db("honest_tails")
+    store.write_transaction(lambda txn: txn.put(CID.encode(), b"not json", db=tails))
+    verifier.traffic.send(CHEAT, [dishonest(50)])
+    assert store.counts().verdicts == 1
+    assert "prover judgement failed" in caplog.text
+    verifier.clock.now = 2 * S
+    assert verifier.window(CHEAT, 0).verdicts == 1
