@@ -11,11 +11,11 @@ Tool calls and reasoning, in both, are read by `chat_extras`.
 
 from __future__ import annotations
 
-from collector.dialects.base import ChoiceExtras, Dialect
+from collector.dialects.base import ChoiceExtras, ChoicesDialect
 from collector.dialects.chat_extras import ChatExtras
 
 
-class OpenAIChat(Dialect):
+class OpenAIChat(ChoicesDialect):
     name = "openai-chat"
     paths = frozenset({"/v1/chat/completions"})
     response_objects = frozenset({"chat.completion", "chat.completion.chunk"})

@@ -8,10 +8,10 @@ delta `token_ids`, and `prompt_token_ids` on a choice's first chunk.
 
 from __future__ import annotations
 
-from collector.dialects.base import Dialect
+from collector.dialects.base import ChoicesDialect
 
 
-class OpenAICompletions(Dialect):
+class OpenAICompletions(ChoicesDialect):
     name = "openai-completions"
     paths = frozenset({"/v1/completions"})
     response_objects = frozenset({"text_completion"})
