@@ -86,6 +86,9 @@ class ResponseMessage:
     is_sse: bool
     ambiguities: tuple[StreamAmbiguity, ...] = ()
     stream_span: tuple[int, int] = (0, 0)
+    #: Each body piece was one whole event of one `data: ` line without CR, and every event
+    #: was kept (`SseParser.simple`): the SDK's decoder reads `sse_events` from the body too.
+    sse_simple: bool = False
 
     def header(self, name: str) -> str | None:
         lowered = name.lower()

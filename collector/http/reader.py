@@ -747,5 +747,6 @@ class ResponseReader(MessageReader):
                 problems=tuple(msg.problems),
                 sse_events=tuple(msg.sse.events) if msg.sse is not None else (),
                 is_sse=msg.sse is not None,
+                sse_simple=msg.sse is not None and msg.sse.simple and not msg.sse.dropped_events,
             )
         )

@@ -67,6 +67,9 @@ class SseParser:
         self._event = b""
         self._last_id = ""  # decoded once when set: every later event carries it
         self._event_ts = 0
+        #: Every piece so far was one whole event of one `data: ` line without CR (what
+        #: servers send): then openai-python's decoder reads these same events.
+        self.simple = True
 
     def feed(self, data: bytes, ts_ns: int) -> None:
         if (
@@ -74,16 +77,18 @@ class SseParser:
             and data[-2:] == b"\n\n"
             and data.count(b"\n") == 2
             and b"\r" not in data
-            and self._started
+            and not self._bom
             and not (self._partial or self._data or self._event or self._resync)
             and not (self._after_cr or self._overlong or self._dropping)
             and len(data) - 2 <= self._max_line
         ):
             # The common piece, one event of one data line, as the general path reads it.
+            self._started = True
             self._event_ts = max(self._event_ts, ts_ns)
             self._data = [data[6:-2]]
             self._dispatch()
             return
+        self.simple = False
         if len(data) <= self._max_line:
             self._feed(data, ts_ns)
             return
@@ -102,6 +107,7 @@ class SseParser:
         self._event = b""
         self._resync = True
         self.resyncs += 1
+        self.simple = False
 
     def _feed(self, data: bytes, ts_ns: int) -> None:
         if not self._started:

@@ -6,7 +6,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from collector.dialects.sdk_sse import SdkEvent, SdkStream, sdk_events
+from collector.dialects.sdk_sse import SdkEvent, SdkStream, sdk_events, simple_stream
+from collector.http.messages import ResponseMessage
+from collector.http.sse import SseParser
 from tests.cpu_bound import budget, cpu_bound
 
 streaming = pytest.importorskip("openai._streaming")
@@ -64,3 +66,55 @@ def test_a_long_line_is_linear() -> None:
     body = b"data: " + b"x" * 8_000_000
     with cpu_bound(budget(len(body))):
         assert sdk_events(body).events == ()
+
+
+_PIECES = st.one_of(
+    st.text(max_size=8).map(lambda text: b"data: " + text.encode() + b"\n\n"),
+    st.sampled_from(
+        [b"data: \n\n", b"data: x\r\n\r\n", b"event: e\n", b"id: 1\n", b"retry: 5\n\n", b":c\n"]
+    ),
+    st.sampled_from([b"\xef\xbb\xbf", b"data: \xff\n\n", b"data:x\n\n", b"\n", b"data: a\n"]),
+    st.binary(max_size=10),
+)
+
+
+def _response(body: bytes, parser: SseParser) -> ResponseMessage:
+    events = tuple(parser.events)
+    return ResponseMessage(
+        200,
+        "OK",
+        "1.1",
+        (),
+        (),
+        body,
+        "",
+        len(body),
+        0,
+        0,
+        (),
+        (),
+        events,
+        is_sse=True,
+        sse_simple=parser.simple and not parser.dropped_events,
+    )
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(_PIECES, max_size=10), st.integers(1, 3))
+def test_a_simple_stream_is_what_the_sdk_reads_from_its_body(
+    pieces: list[bytes], max_events: int
+) -> None:
+    """Whatever the pieces, a stream the HTTP layer calls simple gives the SDK's events."""
+    parser = SseParser(max_events=max_events)
+    for at, piece in enumerate(pieces):
+        parser.feed(piece, at)
+    body = b"".join(pieces)
+    fast = simple_stream(_response(body, parser))
+    if fast is not None:
+        assert fast == sdk_events(body)
+    one_line_events = all(
+        p[:6] == b"data: " and p[-2:] == b"\n\n" and p.count(b"\n") == 2 and b"\r" not in p
+        for p in pieces
+    )
+    if one_line_events and body.isascii() and len(pieces) <= max_events:
+        assert fast is not None, "the servers' shape takes the short way"
