@@ -37,6 +37,7 @@ import lmdb
 from veritap.signing import Signer
 from veritap.v1 import verifier_pb2
 
+from appliance.journal import MessageId
 from verifierd.config import HIDING_REASONS, ProversConfig
 from verifierd.errors import VerifierdError
 from verifierd.provers import sequential
@@ -377,6 +378,7 @@ class ProverTables:
         log.warning(
             "prover alarm raised",
             extra={
+                "message_id": MessageId.PROVER_ALARM,
                 "alarm_id": alarm.alarm_id,
                 "prover": slot.prover.label,
                 "kind": AlarmKind(slot.kind).label,

@@ -10,6 +10,7 @@ import pytest
 from veritap.signing import Signer
 from veritap.v1 import verifier_pb2
 
+from appliance.journal import MessageId
 from tests.verifierd.provers.prover_fixtures import (
     CID,
     FLOAT32_TAILS,
@@ -202,7 +203,7 @@ def test_no_test_runs_without_honest_tails(verifier: Verifier) -> None:
 
 
 def test_hiding_raises_an_alarm_per_reason_once_the_window_is_large_enough(
-    verifier: Verifier,
+    verifier: Verifier, caplog: pytest.LogCaptureFixture
 ) -> None:
     verifier.traffic.send(CHEAT, [unverifiable("no_seed") for _ in range(9)])
     assert verifier.tables.alarms() == []  # 9 verdicts: below min_verdicts
@@ -212,6 +213,9 @@ def test_hiding_raises_an_alarm_per_reason_once_the_window_is_large_enough(
     assert (alarm.kind, alarm.reason, alarm.window_s) == (HIDING, "no_seed", 3600)
     assert (alarm.statistic, alarm.bound) == (1.0, 0.5)
     assert alarm.record_ids[-1] == ids[-1] and len(alarm.record_ids) == 10
+    [logged] = [r for r in caplog.records if r.getMessage() == "prover alarm raised"]
+    assert logged.__dict__["message_id"] == MessageId.PROVER_ALARM
+    assert logged.__dict__["alarm_id"] == alarm.alarm_id
     check_signed_alarm(state.signed, verifier.signer.verifier())
     verifier.traffic.send(CHEAT, [unverifiable("no_seed") for _ in range(5)])
     assert len(verifier.tables.alarms()) == 1
