@@ -190,7 +190,7 @@ def fit_text(text: str, problems: list[str]) -> str:
     return fitted
 
 
-def _client_events(response: ResponseMessage) -> SdkStream:
+def client_events(response: ResponseMessage) -> SdkStream:
     """The events the client's SDK read: decoded from the body as it decodes them, or,
     when the body has holes (a response_gap record), the HTTP layer's resynchronised ones."""
     if not response.gaps:
@@ -199,7 +199,7 @@ def _client_events(response: ResponseMessage) -> SdkStream:
     return SdkStream(tuple(SdkEvent(e.event or None, e.data) for e in response.sse_events), None)
 
 
-def _count_after_end(events: Iterator[SdkEvent], view: record_pb2.ApiView) -> None:
+def count_after_end(events: Iterator[SdkEvent], view: record_pb2.ApiView) -> None:
     """Count and hash the events the SDK never reads (see the module docstring)."""
     digest = hashlib.sha256()
     count = 0
@@ -307,6 +307,7 @@ class Dialect(ABC):
             ESCAPED_SURROGATE in text for text in (view.prompt_json, view.sampling.params_json)
         )
 
+    @abstractmethod
     def _document(
         self,
         response: ResponseMessage,
@@ -314,19 +315,52 @@ class Dialect(ABC):
         problems: list[str],
         extras: ChoiceExtras | None,
     ) -> None:
-        try:
-            document = load(response.body)
-        except JsonError as exc:
-            if response.status >= 400:
-                view.error = response.body.decode("utf-8", "replace")
-            else:
-                problems.append(f"response body is not JSON: {exc}")
-            return
+        """Fill the response's part of the view from a JSON document (or an error)."""
+
+    @abstractmethod
+    def _stream(
+        self,
+        response: ResponseMessage,
+        view: record_pb2.ApiView,
+        problems: list[str],
+        extras: ChoiceExtras | None,
+    ) -> None:
+        """Fill the response's part of the view from an event stream, as the SDK reads it."""
+
+
+def read_document(
+    response: ResponseMessage, view: record_pb2.ApiView, problems: list[str]
+) -> dict[str, object] | None:
+    """A 2xx response's JSON object; None when there is none (an error is put in the view)."""
+    try:
+        document = load(response.body)
+    except JsonError as exc:
         if response.status >= 400:
-            view.error = fit_text(error_message(document), problems)
-            return
-        if not isinstance(document, dict):
-            problems.append("response body is not a JSON object")
+            view.error = response.body.decode("utf-8", "replace")
+        else:
+            problems.append(f"response body is not JSON: {exc}")
+        return None
+    if response.status >= 400:
+        view.error = fit_text(error_message(document), problems)
+        return None
+    if not isinstance(document, dict):
+        problems.append("response body is not a JSON object")
+        return None
+    return document
+
+
+class ChoicesDialect(Dialect):
+    """A dialect whose responses carry `choices`: chat and completions."""
+
+    def _document(
+        self,
+        response: ResponseMessage,
+        view: record_pb2.ApiView,
+        problems: list[str],
+        extras: ChoiceExtras | None,
+    ) -> None:
+        document = read_document(response, view, problems)
+        if document is None:
             return
         self._header_fields(document, view, problems)
         fill_usage(document.get("usage"), view)
@@ -367,7 +401,7 @@ class Dialect(ABC):
         choices: dict[int, _ChoiceAccumulator] = {}
         bad = 0
         delta_text = self._delta_text
-        stream = _client_events(response)
+        stream = client_events(response)
         events = iter(stream.events)
         for position, event in enumerate(events, 1):
             data = event.data
@@ -423,7 +457,7 @@ class Dialect(ABC):
             if stream.undecodable_at is not None:
                 at = stream.undecodable_at
                 problems.append(f"SSE body is not UTF-8 at byte {at} (the SDK raises there)")
-        _count_after_end(events, view)
+        count_after_end(events, view)
         for index in sorted(choices):
             acc = choices[index]
             choice = view.choices.add(
