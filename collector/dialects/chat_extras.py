@@ -24,9 +24,9 @@ object, an index that is not an integer, a name that is a number) the fragment
 or field is left out and counted as malformed: the record cannot hold what the
 client saw there.
 
-Each response is bounded, whatever the prover sends: at most `MAX_TOOL_CALLS`
-tool calls and `MAX_TOOL_CALL_BYTES` of their strings (UTF-8) across its
-choices. Past a cap, calls are dropped and strings cut; the choice says
+Each response is bounded, whatever the prover sends (`tool_call_budget`): at
+most `MAX_TOOL_CALLS` tool calls and `MAX_TOOL_CALL_BYTES` of their strings
+across its choices. Past a cap, calls are dropped and strings cut; the choice says
 `tool_calls_truncated` and the extraction reports the truncation. Work is
 linear in the fragments; memory is the caps plus the reasoning text (which, like
 the content, is bounded by the body).
@@ -37,56 +37,9 @@ from __future__ import annotations
 from veritap.v1 import record_pb2
 
 from collector.dialects.base import ChoiceExtras, fit_text
+from collector.dialects.tool_call_budget import ToolCallBudget
 
-MAX_TOOL_CALLS = 256
-MAX_TOOL_CALL_BYTES = 1 << 20
 _REASONING_KEYS = ("reasoning", "reasoning_content")
-
-
-def _utf8_length(text: str) -> int:
-    return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
-
-
-class _Budget:
-    """What is left of one response's caps, and what was dropped at them."""
-
-    __slots__ = (
-        "bytes_cut",
-        "bytes_left",
-        "calls_dropped",
-        "calls_left",
-        "malformed",
-        "misplaced",
-    )
-
-    def __init__(self) -> None:
-        self.calls_left = MAX_TOOL_CALLS
-        self.bytes_left = MAX_TOOL_CALL_BYTES
-        self.calls_dropped = 0
-        self.bytes_cut = 0
-        self.malformed = 0
-        self.misplaced = 0
-
-    def take_call(self) -> bool:
-        if self.calls_left:
-            self.calls_left -= 1
-            return True
-        self.calls_dropped += 1
-        return False
-
-    def take_text(self, text: str) -> tuple[str, bool]:
-        """The part of `text` that fits, and whether it was cut."""
-        size = _utf8_length(text)
-        if size <= self.bytes_left:
-            self.bytes_left -= size
-            return text, False
-        kept = text.encode("utf-8", "surrogatepass")[: self.bytes_left].decode("utf-8", "ignore")
-        self.bytes_cut += size - self.bytes_left
-        self.bytes_left = 0
-        return kept, True
-
-    def give_back(self, text: str) -> None:
-        self.bytes_left += _utf8_length(text)
 
 
 class _StreamedCall:
@@ -123,7 +76,7 @@ class ChatExtras(ChoiceExtras):
     """Tool calls and reasoning of one chat response's choices (see the module docstring)."""
 
     def __init__(self) -> None:
-        self._budget = _Budget()
+        self._budget = ToolCallBudget()
         self._streamed: dict[int, _StreamedChoice] = {}
         self._problems: list[str] = []
 
@@ -258,23 +211,4 @@ class ChatExtras(ChoiceExtras):
 
     def report(self, problems: list[str]) -> tuple[str, ...]:
         problems.extend(p for p in self._problems if p not in problems)
-        budget = self._budget
-        if budget.malformed:
-            problems.append(
-                f"{budget.malformed} tool call part(s) are not what the SDK reads (not recorded)"
-            )
-        if budget.misplaced:
-            problems.append(
-                f"{budget.misplaced} tool call fragment(s) with an index past the calls "
-                "(the SDK's stream helper raises there)"
-            )
-        truncations = []
-        if budget.calls_dropped:
-            truncations.append(
-                f"{budget.calls_dropped} tool call(s) past the cap of {MAX_TOOL_CALLS} dropped"
-            )
-        if budget.bytes_cut:
-            truncations.append(
-                f"{budget.bytes_cut} bytes of tool calls past the cap of {MAX_TOOL_CALL_BYTES} cut"
-            )
-        return tuple(truncations)
+        return self._budget.report(problems)

@@ -14,7 +14,7 @@ from openai.lib.streaming.chat import ChatCompletionStreamState
 from openai.types.chat import ChatCompletionChunk
 from veritap.v1 import record_pb2
 
-from collector.dialects.chat_extras import MAX_TOOL_CALL_BYTES, MAX_TOOL_CALLS
+from collector.dialects.tool_call_budget import MAX_TOOL_CALL_BYTES, MAX_TOOL_CALLS
 from collector.records import quality_name
 from tests.collector.dialects.test_openai_dialects import MESSAGES, records, sse_response
 from tests.cpu_bound import budget, cpu_bound
