@@ -85,6 +85,9 @@ class RequestText:
     def byte_tokens(self, data: bytes) -> list[int] | None:
         return self._vocabulary.byte_tokens(data)
 
+    def token_bytes(self, token: int) -> bytes:
+        return self._vocabulary.bytes_of(token)
+
     def text_after(self, ids: Sequence[int]) -> tuple[str, bytes]:
         return self._vocabulary.text_after(ids)
 
@@ -134,7 +137,7 @@ class EvidenceResolver:
                         Finding(
                             Reason.TOKENIZATION_SEARCH_EXHAUSTED,
                             f"no token sequence after {state.restarts} restarts "
-                            f"(bound {search.max_restarts(len(state.output))})",
+                            f"(bound {state.restart_bound})",
                         ),
                         restarts=state.restarts,
                         searched=True,

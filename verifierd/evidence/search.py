@@ -16,9 +16,12 @@ itself produces *and* that decodes to the received text:
 3. Walk the positions in order. Where the sampler's pick differs from the
    guess and *is consistent with the text* (appending it to the tokens before
    keeps the decoded text a prefix of the received text, or it is an end token
-   exactly where the text ends), adopt it, re-segment the rest of the text
-   after it, and score again from that position: a **restart**. The prefix
-   cache makes a restart cost the prefill of the positions after it.
+   exactly where the text ends), adopt it (its margin is 0: it is the
+   sampler's own pick), re-segment the text after it, and score again from the
+   next position: a **restart**. The prefix cache makes a restart cost the
+   prefill of the positions after it; starting after the adopted token keeps
+   the cache's whole blocks of the last round's sequence out of the rows to
+   score (a hit reaching them costs a rerun without the cache).
 4. Where the pick is not consistent with the text, the guessed token stays and
    its margin counts (a text-consistent token against the sampler's best), so a
    dishonest text still scores high.
@@ -34,6 +37,13 @@ divergence (a response that needs none costs a few rounds and no extra rows),
 and after a restart about the mean distance between the divergences seen so
 far. With divergences at random the rows scored stay near the output's length
 plus one window per restart, instead of one tail per restart.
+
+Linear time: the prover chooses the text, and a long text no sampler wrote asks
+for a consistency check at almost every position. A check decodes only the
+tokens after the last clean UTF-8 boundary of the settled prefix (`Spelling`),
+and a restart re-segments only the next stretch of the text (GUESS_CHARS, more
+for wide windows), segmenting more as the rounds reach the guess's end: the
+first guess alone segments all of it, and sets the restart bound.
 
 Honest output reproduces exactly: along the honest prefix the sampler's pick is
 the token the prover drew, which is consistent with the text by construction,
@@ -56,12 +66,17 @@ from typing import Protocol
 import numpy as np
 import numpy.typing as npt
 
+from verifierd.evidence.spelling import Spelling
+
 #: Restarts allowed for a response of n output tokens: BASE + n // PER_TOKENS.
 BASE_RESTARTS = 16
 PER_TOKENS = 4
 #: Output positions a response's first round scores, and the smallest window.
 INITIAL_WINDOW = 64
 MIN_WINDOW = 16
+#: Characters of the text a re-guess segments at least (more for wide windows):
+#: a restart re-segments what the next rounds read, not the whole rest.
+GUESS_CHARS = 256
 
 
 def max_restarts(n_tokens: int) -> int:
@@ -88,6 +103,9 @@ class TextModel(Protocol):
 
     def byte_tokens(self, data: bytes) -> list[int] | None:
         """One token per byte of ``data`` (byte-level vocabularies), or None."""
+
+    def token_bytes(self, token: int) -> bytes:
+        """The bytes ``token`` decodes to (none for padding and skipped specials)."""
 
     def text_after(self, ids: Sequence[int]) -> tuple[str, bytes]:
         """The text ``ids`` decode to as the detokenizer emits it, and the bytes it
@@ -142,8 +160,26 @@ class SearchState:
     #: smallest window a restart sets.
     window: int = INITIAL_WINDOW
     min_window: int = MIN_WINDOW
+    guess_chars: int = GUESS_CHARS
     exhausted: bool = False
     done: bool = False
+    #: The restart bound, from the length of the first (complete) guess.
+    restart_bound: int = 0
+    #: Characters of the target the guess spells (all of them: the guess is complete).
+    guessed: int = 0
+    spelling: Spelling = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.spelling = Spelling(self.target, self.model.token_bytes, self.model.text_after)
+
+    @property
+    def complete(self) -> bool:
+        return self.guessed >= len(self.target)
+
+    def settle(self, margin: float) -> None:
+        """The next output position is final, with this margin."""
+        self.spelling.settle(self.output[len(self.margins)])
+        self.margins.append(margin)
 
     @property
     def target(self) -> str:
@@ -166,11 +202,21 @@ def initial_state(
     *,
     window: int = INITIAL_WINDOW,
     min_window: int = MIN_WINDOW,
+    guess_chars: int = GUESS_CHARS,
 ) -> SearchState:
     state = SearchState(
-        text, ending, stop_string, max_tokens, model, [], window=window, min_window=min_window
+        text,
+        ending,
+        stop_string,
+        max_tokens,
+        model,
+        [],
+        window=window,
+        min_window=min_window,
+        guess_chars=guess_chars,
     )
-    state.output = _complete(state, [])
+    _guess(state, None, None)
+    state.restart_bound = max_restarts(len(state.output))
     return state
 
 
@@ -180,6 +226,9 @@ def run_search(states: Sequence[SearchState], scorer: Scorer) -> None:
         live = [s for s in states if not s.done]
         if not live:
             return
+        for s in live:
+            # A guess token after the window too, for the lookahead row to compare.
+            _extend(s, s.settled + s.window + 1)
         results = scorer(
             [ScorePass(tuple(s.output[: s.settled + s.window]), s.settled) for s in live]
         )
@@ -203,39 +252,53 @@ def step(state: SearchState, result: PassResult) -> None:
     for i in range(start, last):
         pick = int(result.best[i - start])
         if i < n and pick == output[i]:
-            if i < end:
-                state.margins.append(float(result.margins[i - start]))
+            # After the window, the sampler's own pick: margin 0 by definition.
+            state.settle(float(result.margins[i - start]) if i < end else 0.0)
             continue
-        if pick >= 0 and _consistent(state, output[:i], pick):
-            if state.restarts >= max_restarts(n):
+        if pick >= 0 and _consistent(state, pick):
+            if state.restarts >= state.restart_bound:
                 state.exhausted = state.done = True
                 return
             state.restarts += 1
-            adopted = [*output[:i], pick]
-            state.output = adopted + _complete(state, adopted)
-            state.window = max(state.min_window, len(adopted) // state.restarts)
+            _guess(state, pick, state.guess_chars + 8 * state.window)
+            # The adopted token is the sampler's own pick: its margin is 0, and the
+            # next round scores from the token after it, where the prefix cache
+            # (whole blocks of what the last round sent) cannot reach.
+            state.settle(0.0)
+            state.window = max(state.min_window, (i + 1) // state.restarts)
+            state.done = _finished(state)
             return
         if i < end:
-            state.margins.append(float(result.margins[i - start]))
-    if end < n:
+            state.settle(float(result.margins[i - start]))
+    if end < n and not _finished(state):
         state.window *= 2
     else:
         state.done = True
 
 
-def _consistent(state: SearchState, before: list[int], token: int) -> bool:
-    """Whether ``token`` after ``before`` can still spell the received text."""
-    model = state.model
-    if model.is_end_token(token):
+def _finished(state: SearchState) -> bool:
+    """Whether every token of a complete guess is settled and nothing may follow."""
+    return state.complete and state.settled == len(state.output) and not _wants_more(state)
+
+
+def _consistent(state: SearchState, token: int) -> bool:
+    """Whether ``token`` after the settled tokens can still spell the received text."""
+    if state.model.is_end_token(token):
         # Generation stops here: the text must be complete, and end like this.
-        text, _ = model.text_after(before)
-        return state.ending is Ending.END_TOKEN and text == state.text
-    text, pending = model.text_after([*before, token])
+        before = state.spelling.after(())
+        return (
+            state.ending is Ending.END_TOKEN and before.agrees and before.length == len(state.text)
+        )
+    spelled = state.spelling.after((token,))
     target = state.target
-    if state.ending is Ending.STOP_STRING and len(text) >= len(target):
+    if state.ending is Ending.STOP_STRING and spelled.length >= len(target):
         # The token completing the stop string may run past it.
-        return text.startswith(target)
-    return target.startswith(text) and _pending_fits(pending, target[len(text) :])
+        return spelled.agrees
+    return (
+        spelled.agrees
+        and spelled.length <= len(target)
+        and _pending_fits(spelled.pending, target[spelled.length :])
+    )
 
 
 def _wants_more(state: SearchState) -> bool:
@@ -259,27 +322,58 @@ def _pending_fits(pending: bytes, rest: str) -> bool:
     return rest[0] == "\ufffd" or rest[0].encode("utf-8").startswith(pending)
 
 
-def _complete(state: SearchState, before: list[int]) -> list[int]:
-    """A segmentation of what the text still needs after ``before``."""
+def _guess(state: SearchState, adopted: int | None, chars: int | None) -> None:
+    """Guess the output after the settled tokens and the ``adopted`` one (None:
+    none): the tokenizer's segmentation of the next ``chars`` characters of what
+    the text still needs (None: all of it); `_extend` segments more when the
+    rounds reach its end."""
     model = state.model
-    if before and model.is_end_token(before[-1]):
-        return []
-    text, pending = model.text_after(before)
-    target = state.target
-    if state.ending is Ending.STOP_STRING and len(text) >= len(target):
-        return []
-    rest = target[len(text) :] if target.startswith(text) else ""
-    tail: list[int] = []
-    if pending and rest:
-        char = rest[0].encode("utf-8")
-        if rest[0] == "\ufffd":
+    head = [*state.output[: state.settled], *(() if adopted is None else (adopted,))]
+    state.output, state.guessed = head, len(state.target)
+    if adopted is not None and model.is_end_token(adopted):
+        return
+    spelled = state.spelling.after(() if adopted is None else (adopted,))
+    pending, target = spelled.pending, state.target
+    if state.ending is Ending.STOP_STRING and spelled.length >= len(target):
+        return
+    if not spelled.agrees or spelled.length > len(target):
+        _segment(state, len(target))
+        return
+    start = spelled.length
+    if pending and start < len(target):
+        char = target[start].encode("utf-8")
+        if target[start] == "\ufffd":
             # Held-back invalid bytes: guess that they are the whole U+FFFD.
-            rest = rest[1:]
+            start += 1
         elif char.startswith(pending):
             bytes_left = model.byte_tokens(char[len(pending) :])
             if bytes_left is not None:
-                tail, rest = bytes_left, rest[1:]
-    tail += model.segment(rest) if rest else []
-    if state.ending is Ending.END_TOKEN and model.end_token is not None:
-        tail.append(model.end_token)
-    return tail
+                state.output += bytes_left
+                start += 1
+    state.guessed = start
+    _segment(state, len(target) if chars is None else _cut(target, start + chars))
+
+
+def _extend(state: SearchState, tokens: int) -> None:
+    """Segment more of the text until the guess has ``tokens`` tokens or is complete."""
+    while not state.complete and len(state.output) < tokens:
+        _segment(state, _cut(state.target, state.guessed + state.guess_chars + 8 * state.window))
+
+
+def _segment(state: SearchState, to: int) -> None:
+    """Append the segmentation of the target's characters [guessed, to)."""
+    model, target = state.model, state.target
+    if to > state.guessed:
+        state.output += model.segment(target[state.guessed : to])
+    state.guessed = to
+    if state.complete and state.ending is Ending.END_TOKEN and model.end_token is not None:
+        state.output.append(model.end_token)
+
+
+def _cut(target: str, at: int) -> int:
+    """Where a partial guess ends: before the first whitespace at or after ``at``
+    (a boundary of byte-level BPE's pre-tokenization), within a few characters."""
+    if at >= len(target):
+        return len(target)
+    space = target.find(" ", at, at + 64)
+    return at if space < 0 else space

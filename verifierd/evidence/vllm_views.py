@@ -210,6 +210,11 @@ class ByteLevelText:
     def byte_tokens(self, data: bytes) -> list[int] | None:
         return [self._single[b] for b in data]
 
+    def bytes_of(self, token: int) -> bytes:
+        """The bytes ``token`` decodes to (none outside the table)."""
+        table = self.token_bytes
+        return table[token] if 0 <= token < len(table) else b""
+
     def text_after(self, ids: Sequence[int]) -> tuple[str, bytes]:
         """As vLLM's detokenizer (tokenizers' DecodeStream) emits it: the bytes decoded
         with U+FFFD for invalid sequences, except that nothing is emitted while the

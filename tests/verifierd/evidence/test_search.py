@@ -12,47 +12,19 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Sequence
-from functools import cache
 from typing import Any
 
 import numpy as np
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.conftest import TinyModels
 from tests.cpu_bound import cpu_bound
+from tests.verifierd.evidence.vocabulary import Vocabulary
 from verifierd.engine.evidence_scoring import RequestText
 from verifierd.evidence import search
-from verifierd.evidence.vllm_views import ByteLevelText, decode_output
-from verifierd.tiny_model import TinyModelSpec
+from verifierd.evidence.vllm_views import decode_output
 
 PROMPT = (5, 17, 42)
-
-
-class Vocabulary:
-    def __init__(self, path: str) -> None:
-        from vllm.tokenizers import get_tokenizer
-
-        self.tokenizer = get_tokenizer(path)
-        self.width = len(self.tokenizer) + 16  # padding rows, as the tiny model has
-        self.text = ByteLevelText(self.tokenizer, self.width, skip_special_tokens=True)
-        table = self.text.token_bytes
-        self.words = [i for i, b in enumerate(table) if len(b) > 1 and b.isascii()]
-        self.high_bytes = [self.text.byte_tokens(bytes([b]))[0] for b in range(0x80, 0x100)]  # type: ignore[index]
-        self.invisible = [*self.tokenizer.added_tokens_decoder, len(self.tokenizer) + 3]
-        self.eos = int(self.tokenizer.eos_token_id)
-
-
-@cache
-def _vocabulary(path: str) -> Vocabulary:
-    return Vocabulary(path)
-
-
-@pytest.fixture(scope="module")
-def vocab(tiny_models: TinyModels) -> Vocabulary:
-    pytest.importorskip("vllm")
-    return _vocabulary(str(tiny_models.get(TinyModelSpec()).path))
 
 
 def _pick(vocab: Vocabulary, seed: int, prefix: Sequence[int], end_at: int | None) -> int:
@@ -112,18 +84,22 @@ def _scorer(sampler: Sampler) -> search.Scorer:
     seed=st.integers(0, 2**32),
     n=st.integers(1, 48),
     end=st.booleans(),
-    window=st.sampled_from([(1, 1), (2, 3), (search.INITIAL_WINDOW, search.MIN_WINDOW)]),
+    shape=st.tuples(
+        st.sampled_from([(1, 1), (2, 3), (search.INITIAL_WINDOW, search.MIN_WINDOW)]),
+        st.sampled_from([1, 5, search.GUESS_CHARS]),
+    ),
 )
 def test_an_honest_sequence_is_recovered_from_its_text(
-    vocab: Vocabulary, seed: int, n: int, end: bool, window: tuple[int, int]
+    vocab: Vocabulary, seed: int, n: int, end: bool, shape: tuple[tuple[int, int], int]
 ) -> None:
-    """Whatever the windows the rounds score (one position at a time included)."""
+    """Whatever the windows the rounds score (one position at a time included) and
+    however little of the text a re-guess segments."""
     honest = _honest(vocab, seed, n, end)
     ends = frozenset({vocab.eos})
     decoded = decode_output(vocab.tokenizer, _params(), PROMPT, honest, ends)
     model = RequestText(vocab.text, ends, vocab.eos)
     ending = search.Ending.END_TOKEN if end else search.Ending.LENGTH
-    first, least = window
+    (first, least), guess_chars = shape
     state = search.initial_state(
         decoded.text,
         ending,
@@ -132,6 +108,7 @@ def test_an_honest_sequence_is_recovered_from_its_text(
         model,
         window=first,
         min_window=least,
+        guess_chars=guess_chars,
     )
     search.run_search(
         [state], _scorer(lambda prefix: _pick(vocab, seed, prefix, n if end else None))
@@ -169,7 +146,8 @@ def test_the_restart_bound_ends_a_search_as_exhausted(vocab: Vocabulary) -> None
 
     search.run_search([state], _scorer(next_byte))
     assert state.exhausted
-    assert state.restarts == search.max_restarts(len(state.output))
+    first_guess = search.initial_state(text, search.Ending.LENGTH, "", 10_000, model).output
+    assert state.restarts == state.restart_bound == search.max_restarts(len(first_guess))
 
 
 def test_a_text_of_endless_invalid_bytes_is_read_in_linear_time(vocab: Vocabulary) -> None:
