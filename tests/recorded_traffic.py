@@ -374,6 +374,14 @@ def chained_envelopes(
     return out
 
 
+def store_as_log(store: Store, records: Sequence[record_pb2.InferenceRecord]) -> None:
+    """Ingest ``records`` as ORIGIN's log, covered by a stored checkpoint (the store does
+    not check it: these tests classify without the pipeline's authentication)."""
+    entries = chained_envelopes(records)
+    checkpoint = log_pb2.Checkpoint(origin=ORIGIN, tree_size=len(entries))
+    store.ingest(ORIGIN, entries, checkpoint=checkpoint)
+
+
 def classify_inbox(
     store: Store,
     model: CommittedModel,
@@ -409,6 +417,5 @@ def classify_inbox(
 
 def replay_into_store(store: Store, model: CommittedModel, signer: Signer) -> None:
     """Ingest every exchange as ORIGIN's log and classify them all."""
-    records = [make_record(e, model.tokenizer) for e in EXCHANGES]
-    store.ingest(ORIGIN, chained_envelopes(records))
+    store_as_log(store, [make_record(e, model.tokenizer) for e in EXCHANGES])
     classify_inbox(store, model, signer)

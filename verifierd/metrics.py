@@ -96,6 +96,12 @@ class VerifierMetrics:
             ["origin", "reason"],
             registry=r,
         )
+        self.awaiting_checkpoint = Gauge(
+            _PREFIX + "awaiting_checkpoint_entries",
+            "Stored entries not judged yet because no verified signed checkpoint covers them "
+            "(or an alert stops judging their collector).",
+            registry=r,
+        )
         # Work queue.
         self.backlog = Gauge(
             _PREFIX + "backlog_records",

@@ -2,10 +2,14 @@
 
 Two steps, each ending in one store transaction:
 
-1. **Classify** new entries (the store's inbox): a record that cannot be
-   verified (capture gap, no output, unknown model, no seed, unreplayable
+1. **Classify** new entries (the store's inbox) once a verified signed
+   checkpoint covers them and the bytes read back are shown to be what the
+   collector signed (:mod:`verifierd.intake.stored_entries`; a forged checkpoint
+   or an altered entry is an intake alert, never a verdict): a record that cannot
+   be verified (capture gap, no output, unknown model, no seed, unreplayable
    parameters) or is not selected by the sampling policy gets its terminal
-   verdict at once; the others join their commitment's pending queue.
+   verdict at once; the others join their commitment's pending queue. Every
+   verdict names the checkpoint that authenticated its entry.
 2. **Score** one batch: pick a commitment (:func:`scheduler.next_commitment`),
    check its weights, load its engine, rebuild the records' tokens, send one
    batch (:func:`scheduler.plan_batch`) to the engine, sign the verdicts and
@@ -25,13 +29,13 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from veritap.envelope import EnvelopeError, decode_envelope, decode_record
-from veritap.signing import Signer
+from veritap.envelope import EnvelopeError, decode_envelope, decode_record, entry_hash
+from veritap.signing import Signer, Verifier
 from veritap.v1 import record_pb2, verifier_pb2
 
 from appliance.journal import MessageId
@@ -41,6 +45,9 @@ from verifierd.config import Config
 from verifierd.engine.backend import ScoreRequest, ScoreResult
 from verifierd.engine.pool import EngineError, EnginePool, EngineRef
 from verifierd.evidence.client_view import EvidenceUnavailable, choice_evidence
+from verifierd.intake.alert_reasons import AlertReason
+from verifierd.intake.link import load_collector_key
+from verifierd.intake.stored_entries import AuthenticEntry, StoredEntryAuthenticator, evidence
 from verifierd.metrics import METRICS, VerifierMetrics
 from verifierd.request_sampling import (
     SamplingNotReproducibleError,
@@ -54,6 +61,7 @@ from verifierd.store import (
     Retry,
     Store,
     StoredEntry,
+    Tampered,
     VerdictWrite,
 )
 from verifierd.verdicts import (
@@ -123,9 +131,12 @@ class Pipeline:
         clock: Callable[[], int] = time.time_ns,
         reverify: bool = False,
         metrics: VerifierMetrics = METRICS,
+        collector_keys: Mapping[str, Verifier] | None = None,
     ) -> None:
         """``reverify``: hash every committed file at each commitment's first engine load
-        instead of trusting the weights cache's stamps."""
+        instead of trusting the weights cache's stamps. ``collector_keys``: each origin's
+        pinned key (default: the `[[collectors]]` of ``config``); entries of an origin
+        without one are never judged."""
         self._config = config
         self._store = store
         self._registry = registry
@@ -139,9 +150,24 @@ class Pipeline:
         self._model_dirs: dict[str, Path] = {}
         self._reverify = reverify
         self._metrics = metrics
+        if collector_keys is None:
+            collector_keys = {c.origin: load_collector_key(c.public_key) for c in config.collectors}
+        self._pinned_origins = frozenset(collector_keys)
+        self._authenticator = StoredEntryAuthenticator(store, collector_keys)
+        self._alert_listeners: list[Callable[[str, str], None]] = []
 
     def set_batch_meter(self, meter: BatchMeter) -> None:
         self._meter = meter
+
+    def add_alert_listener(self, listener: Callable[[str, str], None]) -> None:
+        """Call ``listener(origin, reason)`` (in the pipeline's thread) after an alert
+        about an origin's stored entries was stored, so that its intake stops too."""
+        self._alert_listeners.append(listener)
+
+    def _alerted(self, origin: str, reason: str) -> None:
+        self._metrics.intake_alerts.labels(origin, reason).inc()
+        for listener in self._alert_listeners:
+            listener(origin, reason)
 
     @property
     def registry(self) -> CommitmentRegistry:
@@ -166,47 +192,50 @@ class Pipeline:
     # -- classification -----------------------------------------------------------------
 
     def classify_some(self) -> int:
-        """Classify up to ``classify_batch`` inbox entries in one transaction."""
-        entries = self._store.inbox(self._config.scheduler.classify_batch)
-        if entries:
-            self._store.classify([self._classify_or_close(e) for e in entries])
-        return len(entries)
+        """Classify up to ``classify_batch`` authenticated inbox entries in one
+        transaction; returns how many left the inbox."""
+        entries = self._store.inbox(
+            self._config.scheduler.classify_batch, origins=self._pinned_origins
+        )
+        if not entries:
+            return 0
+        checked = self._authenticator.authenticate(entries)
+        for alert in checked.alerts:
+            log.error(
+                "stored log does not verify: judging from this origin stops",
+                extra={"origin": alert.origin, "reason": alert.reason, "detail": alert.detail},
+            )
+            self._store.set_alert(alert.origin, alert.reason, alert.evidence)
+            self._alerted(alert.origin, alert.reason)
+        items: list[Enqueue | VerdictWrite | Tampered] = [
+            self._classify_or_close(authentic) for authentic in checked.authentic
+        ]
+        items.extend(checked.tampered)
+        if items:
+            self._store.classify(items)
+        for tampered in checked.tampered:
+            self._alerted(tampered.origin, tampered.reason)
+        return len(items)
 
-    def _classify_or_close(self, entry: StoredEntry) -> Enqueue | VerdictWrite:
+    def _classify_or_close(self, authentic: AuthenticEntry) -> Enqueue | VerdictWrite:
+        entry = authentic.entry
         try:
-            return self._classify(entry)
+            return self._classify(authentic)
         except Exception as exc:
             log.exception("classification failed", extra={"origin": entry.origin, "seq": entry.seq})
-            v = base_verdict(
-                origin=entry.origin,
-                seq=entry.seq,
-                entry_hash=entry.entry_hash,
-                record_id="",
-                model="",
-            )
+            v = _authenticated_verdict(authentic, record_id="", model="")
             detail = f"{type(exc).__name__}: {exc}"
             return self._write(entry, "", unverifiable(v, Reason.INTERNAL_ERROR, detail))
 
-    def _classify(self, entry: StoredEntry) -> Enqueue | VerdictWrite:
+    def _classify(self, authentic: AuthenticEntry) -> Enqueue | VerdictWrite:
+        entry = authentic.entry
         try:
             record = decode_record(decode_envelope(entry.envelope))
         except EnvelopeError as exc:
-            v = base_verdict(
-                origin=entry.origin,
-                seq=entry.seq,
-                entry_hash=entry.entry_hash,
-                record_id="",
-                model="",
-            )
+            v = _authenticated_verdict(authentic, record_id="", model="")
             return self._write(entry, "", unverifiable(v, Reason.BAD_RECORD, str(exc)))
         api = record.api
-        v = base_verdict(
-            origin=entry.origin,
-            seq=entry.seq,
-            entry_hash=entry.entry_hash,
-            record_id=record.record_id,
-            model=api.model,
-        )
+        v = _authenticated_verdict(authentic, record_id=record.record_id, model=api.model)
         if record.quality != _COMPLETE:
             quality = record_pb2.CaptureQuality.Name(record.quality)
             detail = f"{quality}: {record.quality_reason}".rstrip(": ")
@@ -233,7 +262,14 @@ class Pipeline:
         if not scheduler.selected(self._secret, record.record_id, settings.sample_rate):
             detail = f"sample rate {settings.sample_rate}"
             return self._write(entry, record.record_id, unverifiable(v, Reason.NOT_SAMPLED, detail))
-        return Enqueue(entry.origin, entry.seq, record.record_id, commitment.commitment_id)
+        return Enqueue(
+            entry.origin,
+            entry.seq,
+            record.record_id,
+            commitment.commitment_id,
+            checkpoint_tree_size=authentic.checkpoint_tree_size,
+            checkpoint_root_hash=authentic.checkpoint_root_hash,
+        )
 
     def _write(self, entry: StoredEntry, record_id: str, v: verifier_pb2.Verdict) -> VerdictWrite:
         v.decided_at_ns = self._clock()
@@ -338,6 +374,9 @@ class Pipeline:
         for item in items:
             entry = self._store.entry(item.origin, item.seq)
             assert entry is not None, "a pending item's entry is stored"
+            if entry_hash(entry.envelope) != entry.entry_hash:
+                self._set_aside(item, entry)
+                continue
             record = decode_record(decode_envelope(entry.envelope))
             v = self._verdict(entry, record, commitment, settings, item)
             try:
@@ -457,6 +496,25 @@ class Pipeline:
                 retries.append(Retry(w.item.key, now + delay, error))
         return done, retries
 
+    def _set_aside(self, item: PendingItem, entry: StoredEntry) -> None:
+        """The stored envelope no longer hashes to the entry hash it was classified
+        under: no verdict, an alert with the evidence."""
+        reason = AlertReason.STORED_ENVELOPE_ALTERED
+        detail = (
+            f"stored entry {entry.seq} no longer hashes to its entry hash "
+            f"{entry.entry_hash.hex()} (authenticated by checkpoint {item.checkpoint_tree_size})"
+        )
+        found = evidence(
+            item.origin,
+            reason,
+            detail,
+            checkpoint=None,
+            entries=(entry,),
+            expected_hash=entry.entry_hash,
+        )
+        if self._store.set_aside_pending(item.key, Tampered(item.origin, item.seq, reason, found)):
+            self._alerted(item.origin, reason)
+
     def _give_up(
         self,
         items: Sequence[PendingItem],
@@ -477,6 +535,8 @@ class Pipeline:
                 model=record.api.model,
                 commitment_id=item.commitment_id,
             )
+            v.checkpoint_tree_size = item.checkpoint_tree_size
+            v.checkpoint_root_hash = item.checkpoint_root_hash
             if commitment is not None:
                 _describe(v, commitment, self.settings_for(commitment))
             done.append(
@@ -501,7 +561,26 @@ class Pipeline:
         )
         _describe(v, commitment, settings)
         v.attempts = item.attempts
+        v.checkpoint_tree_size = item.checkpoint_tree_size
+        v.checkpoint_root_hash = item.checkpoint_root_hash
         return v
+
+
+def _authenticated_verdict(
+    authentic: AuthenticEntry, *, record_id: str, model: str
+) -> verifier_pb2.Verdict:
+    """The fields of a verdict about an authenticated entry, naming its checkpoint."""
+    entry = authentic.entry
+    v = base_verdict(
+        origin=entry.origin,
+        seq=entry.seq,
+        entry_hash=entry.entry_hash,
+        record_id=record_id,
+        model=model,
+    )
+    v.checkpoint_tree_size = authentic.checkpoint_tree_size
+    v.checkpoint_root_hash = authentic.checkpoint_root_hash
+    return v
 
 
 def score_requests(

@@ -23,8 +23,15 @@ alerts         origin ‖ NUL ‖ cleared_at_ns (8)             a cleared alert 
 Exactly-once rules, each one transaction: :meth:`Store.ingest` writes entries,
 their inbox items and the origin's cursor together, so after a crash intake
 resumes from the cursor and nothing is stored twice or lost. :meth:`classify`
-moves inbox items to ``pending`` or to a terminal verdict; :meth:`finish`
-writes verdicts and deletes their pending items.
+moves inbox items to ``pending``, to a terminal verdict, or out as tampered (an
+alert, never a verdict); :meth:`finish` writes verdicts and deletes their pending
+items.
+
+Authenticated before judged: :meth:`Store.inbox` offers only entries that the
+origin's stored checkpoint covers, and none from an origin with an alert in force;
+the others wait (:attr:`Counts.awaiting_checkpoint`). The caller re-verifies that
+checkpoint and the stored hashes and envelopes before judging
+(verifierd.intake.stored_entries), since the disk is not trusted.
 
 An alert stops intake from its origin until an operator clears it. Clearing never
 deletes the evidence: :meth:`Store.clear_alert` moves the alert to a key of its own
@@ -45,7 +52,7 @@ import json
 import logging
 import struct
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -62,11 +69,12 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-_FORMAT_VERSION = b"1"
+# 2: a pending item carries the checkpoint that authenticated its entry.
+_FORMAT_VERSION = b"2"
 _ZERO_HASH = bytes(32)
 _U64 = struct.Struct(">Q")
 _U32 = struct.Struct(">I")
-_PENDING = struct.Struct(">IQQH")
+_PENDING = struct.Struct(">IQQHQ32s")
 _DBS = (
     "meta",
     "entries",
@@ -136,6 +144,9 @@ class PendingItem:
     not_before_ns: int
     enqueued_ns: int
     last_error: str
+    #: The signed checkpoint that authenticated the entry when it was classified.
+    checkpoint_tree_size: int = 0
+    checkpoint_root_hash: bytes = _ZERO_HASH
 
 
 @dataclass(frozen=True)
@@ -146,6 +157,22 @@ class Enqueue:
     seq: int
     record_id: str
     commitment_id: str
+    #: The signed checkpoint that authenticated the entry (the verdict names it).
+    checkpoint_tree_size: int = 0
+    checkpoint_root_hash: bytes = _ZERO_HASH
+
+
+@dataclass(frozen=True)
+class Tampered:
+    """Classification result: the stored entry is not the one its collector signed.
+
+    It leaves the inbox without a verdict, and an alert with ``evidence`` (IntakeEvidence
+    bytes) stops intake and judging from ``origin``."""
+
+    origin: str
+    seq: int
+    reason: str
+    evidence: bytes
 
 
 @dataclass(frozen=True)
@@ -228,6 +255,8 @@ class Counts:
     inbox: int
     pending: int
     verdicts: int
+    #: Of ``inbox``: entries no stored checkpoint covers yet, or from an origin under an alert.
+    awaiting_checkpoint: int = 0
 
 
 class Store:
@@ -408,9 +437,7 @@ class Store:
     def set_alert(self, origin: str, reason: str, evidence: bytes) -> None:
         """Record why intake from ``origin`` stopped (fork, gap, bad signature) with the
         evidence; replaces an earlier alert for that origin."""
-        if "\x00" in reason:
-            raise StoreError("alert reason may not contain NUL")
-        value = _U64.pack(time.time_ns()) + reason.encode() + b"\x00" + evidence
+        value = _alert_value(reason, evidence)
         self._write(lambda txn: txn.put(origin.encode(), value, db=self._dbs["alerts"]))
 
     def alerts(self) -> list[Alert]:
@@ -475,22 +502,72 @@ class Store:
 
     # -- classification -----------------------------------------------------------------
 
-    def inbox(self, limit: int) -> list[StoredEntry]:
-        """Up to ``limit`` entries waiting for classification, by origin then seq."""
+    def inbox(self, limit: int, *, origins: Collection[str] | None = None) -> list[StoredEntry]:
+        """Up to ``limit`` entries waiting for classification that their origin's stored
+        checkpoint covers, by origin then seq; none from an origin with an alert in force,
+        nor (when given) from one not in ``origins``."""
         out: list[StoredEntry] = []
         with self._read() as txn:
             entries = self._dbs["entries"]
-            for key in txn.cursor(db=self._dbs["inbox"]).iternext(values=False):
-                if len(out) >= limit:
-                    break
-                raw = _must(txn, bytes(key), entries)
-                origin, seq = split_ekey(bytes(key))
+            judgeable: dict[str, int] = {}
+            cur = txn.cursor(db=self._dbs["inbox"])
+            found = cur.first()
+            while found and len(out) < limit:
+                key = bytes(cur.key())
+                origin, seq = split_ekey(key)
+                if origin not in judgeable:
+                    wanted = origins is None or origin in origins
+                    judgeable[origin] = self._judgeable_size(txn, origin) if wanted else 0
+                if seq > judgeable[origin]:
+                    found = cur.set_range(origin.encode() + b"\x01")  # the next origin
+                    continue
+                raw = _must(txn, key, entries)
                 out.append(StoredEntry(origin, seq, bytes(raw[:32]), bytes(raw[32:])))
+                found = cur.next()
         return out
 
-    def classify(self, items: Sequence[Enqueue | VerdictWrite]) -> None:
-        """Take classified entries out of the inbox: queue them for an engine or store
-        their terminal verdict. Items no longer in the inbox are ignored."""
+    def _judgeable_size(self, txn: lmdb.Transaction, origin: str) -> int:
+        """How far ``origin``'s entries may be judged: the size of its stored checkpoint,
+        0 while an alert is in force for it."""
+        if txn.get(origin.encode(), db=self._dbs["alerts"]) is not None:
+            return 0
+        checkpoint = self._cursor(txn, origin).checkpoint
+        return 0 if checkpoint is None else checkpoint.tree_size
+
+    def _awaiting_checkpoint(self, txn: lmdb.Transaction) -> int:
+        """Inbox entries past what :meth:`inbox` offers, over every origin."""
+        waiting = 0
+        cur = txn.cursor(db=self._dbs["inbox"])
+        for raw in txn.cursor(db=self._dbs["cursors"]).iternext(values=False):
+            origin = bytes(raw).decode()
+            prefix = origin.encode() + b"\x00"
+            found = cur.set_range(ekey(origin, self._judgeable_size(txn, origin) + 1))
+            while found and bytes(cur.key()).startswith(prefix):
+                waiting += 1
+                found = cur.next()
+        return waiting
+
+    def leaf_hashes(self, origin: str, first: int, last: int) -> list[tuple[bytes, bool]]:
+        """(entry hash, whether its envelope is stored) of ``origin``'s seqs first..last,
+        read in one transaction. Raises StoreError when one is missing."""
+        out: list[tuple[bytes, bool]] = []
+        if last < first:
+            return out
+        with self._read() as txn:
+            cur = txn.cursor(db=self._dbs["entries"])
+            found = cur.set_range(ekey(origin, first))
+            for seq in range(first, last + 1):
+                if not found or bytes(cur.key()) != ekey(origin, seq):
+                    raise StoreError(f"{origin}/{seq}: stored entry missing")
+                value = cur.value()
+                out.append((bytes(value[:32]), len(value) > 32))
+                found = cur.next()
+        return out
+
+    def classify(self, items: Sequence[Enqueue | VerdictWrite | Tampered]) -> None:
+        """Take classified entries out of the inbox: queue them for an engine, store
+        their terminal verdict, or set a tampered one aside with its alert. Items no
+        longer in the inbox are ignored."""
         now = time.time_ns()
         written: list[StoredVerdict] = []
 
@@ -502,12 +579,20 @@ class Store:
                 if not txn.delete(key, db=self._dbs["inbox"]):
                     continue
                 self._incr(txn, "inbox", -1)
+                if isinstance(item, Tampered):
+                    self._put_tampered(txn, item)
+                    continue
                 self._index_record(txn, item.record_id, key)
                 if isinstance(item, Enqueue):
                     order += 1
                     pkey = bytes.fromhex(item.commitment_id) + _U64.pack(order)
                     value = _pack_pending(
-                        key, attempts=0, not_before_ns=0, enqueued_ns=now, error=""
+                        key,
+                        attempts=0,
+                        not_before_ns=0,
+                        enqueued_ns=now,
+                        error="",
+                        checkpoint=(item.checkpoint_tree_size, item.checkpoint_root_hash),
                     )
                     txn.put(pkey, value, db=self._dbs["pending"])
                     self._incr(txn, "pending", 1)
@@ -518,6 +603,29 @@ class Store:
 
         self._write(body)
         self._notify(written)
+
+    def _put_tampered(self, txn: lmdb.Transaction, item: Tampered) -> None:
+        txn.put(
+            item.origin.encode(), _alert_value(item.reason, item.evidence), db=self._dbs["alerts"]
+        )
+        log.error(
+            "stored entry is not the one its collector signed: set aside, no verdict",
+            extra={"origin": item.origin, "seq": item.seq, "reason": item.reason},
+        )
+
+    def set_aside_pending(self, key: bytes, item: Tampered) -> bool:
+        """Take a pending item out of the queue without a verdict, because its stored entry
+        is not the one its collector signed, and set the alert; False when already gone."""
+
+        def body(txn: lmdb.Transaction) -> bool:
+            if not txn.delete(key, db=self._dbs["pending"]):
+                return False
+            self._incr(txn, "pending", -1)
+            self._incr(txn, f"pending:{bytes(key[:32]).hex()}", -1)
+            self._put_tampered(txn, item)
+            return True
+
+        return self._write(body)
 
     def _index_record(self, txn: lmdb.Transaction, record_id: str, key: bytes) -> None:
         if record_id:
@@ -602,6 +710,7 @@ class Store:
                     not_before_ns=retry.not_before_ns,
                     enqueued_ns=old.enqueued_ns,
                     error=retry.error,
+                    checkpoint=(old.checkpoint_tree_size, old.checkpoint_root_hash),
                 )
                 txn.put(retry.key, packed, db=pending)
 
@@ -734,6 +843,7 @@ class Store:
                 inbox=self._counter(txn, "inbox"),
                 pending=self._counter(txn, "pending"),
                 verdicts=self._counter(txn, "verdicts"),
+                awaiting_checkpoint=self._awaiting_checkpoint(txn),
             )
 
     # -- settings and audit -------------------------------------------------------------
@@ -786,6 +896,12 @@ class Store:
         return [AuditEvent(**json.loads(v)) for v in values]
 
 
+def _alert_value(reason: str, evidence: bytes) -> bytes:
+    if "\x00" in reason:
+        raise StoreError("alert reason may not contain NUL")
+    return _U64.pack(time.time_ns()) + reason.encode() + b"\x00" + evidence
+
+
 def _alert(origin: str, value: bytes) -> Alert:
     reason, _, evidence = value[8:].partition(b"\x00")
     return Alert(origin, reason.decode(), evidence, _U64.unpack(value[:8])[0])
@@ -820,13 +936,22 @@ def _must(txn: lmdb.Transaction, key: bytes, db: Any) -> bytes:
 
 
 def _pack_pending(
-    key: bytes, *, attempts: int, not_before_ns: int, enqueued_ns: int, error: str
+    key: bytes,
+    *,
+    attempts: int,
+    not_before_ns: int,
+    enqueued_ns: int,
+    error: str,
+    checkpoint: tuple[int, bytes],
 ) -> bytes:
-    return _PENDING.pack(attempts, not_before_ns, enqueued_ns, len(key)) + key + error.encode()
+    fixed = _PENDING.pack(attempts, not_before_ns, enqueued_ns, len(key), *checkpoint)
+    return fixed + key + error.encode()
 
 
 def _unpack_pending(pkey: bytes, value: bytes) -> PendingItem:
-    attempts, not_before, enqueued, klen = _PENDING.unpack_from(value)
+    attempts, not_before, enqueued, klen, checkpoint_size, checkpoint_root = _PENDING.unpack_from(
+        value
+    )
     start = _PENDING.size
     origin, seq = split_ekey(value[start : start + klen])
     return PendingItem(
@@ -838,6 +963,8 @@ def _unpack_pending(pkey: bytes, value: bytes) -> PendingItem:
         not_before_ns=not_before,
         enqueued_ns=enqueued,
         last_error=value[start + klen :].decode(),
+        checkpoint_tree_size=checkpoint_size,
+        checkpoint_root_hash=checkpoint_root,
     )
 
 

@@ -7,7 +7,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from veritap.envelope import ZERO_HASH, encode_envelope, entry_hash
-from veritap.v1 import record_pb2
+from veritap.merkle import root_of
+from veritap.note import CheckpointBody, sign_checkpoint
+from veritap.signing import Signer, Verifier
+from veritap.v1 import log_pb2, record_pb2
 
 from verifierd.store import Store
 
@@ -80,8 +83,28 @@ def make_record(x: Exchange) -> record_pb2.InferenceRecord:
     return record
 
 
-def ingest(store: Store, origin: str, exchanges: Sequence[Exchange]) -> None:
-    """Append the exchanges to ``origin``'s entries in the store, as intake would."""
+#: The collector key the fixtures sign checkpoints with.
+COLLECTOR = Signer.generate("test-collector")
+
+
+def pinned(*origins: str) -> dict[str, Verifier]:
+    """The pinned collector key of each origin, as a Pipeline's collector_keys."""
+    return {origin: COLLECTOR.verifier() for origin in origins}
+
+
+def signed_checkpoint(store: Store, origin: str, signer: Signer = COLLECTOR) -> log_pb2.Checkpoint:
+    """A checkpoint of every entry stored from ``origin``, as its collector would sign it."""
+    size = store.cursor(origin).seq
+    root = root_of([leaf for leaf, _ in store.leaf_hashes(origin, 1, size)])
+    note = sign_checkpoint(CheckpointBody(origin, size, root), signer)
+    return log_pb2.Checkpoint(origin=origin, tree_size=size, root_hash=root, note=note)
+
+
+def ingest(
+    store: Store, origin: str, exchanges: Sequence[Exchange], *, checkpointed: bool = True
+) -> None:
+    """Append the exchanges to ``origin``'s entries in the store, as intake would, then
+    (``checkpointed``) the collector's signed checkpoint covering them."""
     cursor = store.cursor(origin)
     prev, seq = cursor.hash if cursor.seq else ZERO_HASH, cursor.seq
     batch = []
@@ -98,3 +121,5 @@ def ingest(store: Store, origin: str, exchanges: Sequence[Exchange]) -> None:
         prev = entry_hash(envelope)
         batch.append((seq, envelope, prev))
     store.ingest(origin, batch)
+    if checkpointed:
+        store.ingest(origin, [], checkpoint=signed_checkpoint(store, origin))

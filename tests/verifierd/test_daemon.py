@@ -28,7 +28,7 @@ from veritap.v1 import verifier_pb2
 
 from tests.verifierd.commitment_fixtures import commit, make_model_dir
 from tests.verifierd.engine_doubles import FACTORY
-from tests.verifierd.record_fixtures import Exchange, ingest
+from tests.verifierd.record_fixtures import COLLECTOR, Exchange, ingest
 from verifierd.commitments import Commitment, DifrSettings, write_commitment
 from verifierd.config import DEFAULT_BACKEND, load_config
 from verifierd.store import Store
@@ -71,6 +71,12 @@ poll_interval_s = 0.05
 
 [service]
 listen = "127.0.0.1:0"
+
+# The pinned key that authenticates the stored entries (no collector listens there).
+[[collectors]]
+origin = "{ORIGIN}"
+address = "127.0.0.1:9"
+public_key = "{COLLECTOR.verifier().key_string()}"
 """
     )
     config = load_config(config_path)

@@ -302,7 +302,9 @@ async def test_the_daemon_runs_the_intake_as_a_service_when_collectors_are_confi
     append(log, 0, 10)
     server = await pair.serve(log)
     assert create_service(SimpleNamespace(config=Config(), store=pair.store)) is None  # type: ignore[arg-type]
-    context = SimpleNamespace(config=pair.config(server.port), store=pair.store)
+    listeners: list[Callable[[str, str], None]] = []
+    pipeline = SimpleNamespace(add_alert_listener=listeners.append)
+    context = SimpleNamespace(config=pair.config(server.port), store=pair.store, pipeline=pipeline)
     service = create_service(context)  # type: ignore[arg-type]
     assert service is not None and service.name == "intake"
     await service.start()
@@ -311,4 +313,36 @@ async def test_the_daemon_runs_the_intake_as_a_service_when_collectors_are_confi
     finally:
         await service.stop()
     assert service.status()[0].state == "stopped"
+    log.close()
+
+
+async def test_an_alert_the_pipeline_raises_about_the_stored_log_stops_the_link(
+    pair: Pair,
+) -> None:
+    log = open_log(pair.root / "log", pair.signer, checkpoint_every=10)
+    append(log, 0, 10)
+    server = await pair.serve(log)
+    listeners: list[Callable[[str, str], None]] = []
+    pipeline = SimpleNamespace(add_alert_listener=listeners.append)
+    context = SimpleNamespace(config=pair.config(server.port), store=pair.store, pipeline=pipeline)
+    service = create_service(context)  # type: ignore[arg-type]
+    assert service is not None
+    await service.start()
+    try:
+        await wait_for(lambda: pair.checkpointed() == 10, "the first entries")
+        # The pipeline's thread stores the alert, then tells its listeners.
+        pair.store.set_alert(ORIGIN, "stored_envelope_altered", b"evidence")
+        [listener] = listeners
+        await asyncio.to_thread(listener, ORIGIN, "stored_envelope_altered")
+        await wait_for(
+            lambda: service.status()[0].state == "alert: stored_envelope_altered", "the stop"
+        )
+        append(log, 10, 10)
+        await wait_for(lambda: log.head().seq == 20, "the collector to go on")
+        assert pair.stored() == 10
+        cleared = await service.clear(ORIGIN, actor="admin", why="store restored")
+        assert cleared.alert.reason == "stored_envelope_altered"
+        await wait_for(lambda: pair.stored() == 20, "intake to resume once cleared")
+    finally:
+        await service.stop()
     log.close()

@@ -17,7 +17,7 @@ from veritap.v1 import record_pb2, verifier_pb2
 from appliance.journal import MessageId
 from tests.verifierd.commitment_fixtures import commit, make_model_dir
 from tests.verifierd.engine_doubles import FACTORY
-from tests.verifierd.record_fixtures import Exchange, ingest
+from tests.verifierd.record_fixtures import Exchange, ingest, pinned
 from verifierd import pipeline as pipeline_module
 from verifierd.commitments import Commitment, CommitmentRegistry, DifrSettings, write_commitment
 from verifierd.config import parse_config
@@ -100,6 +100,7 @@ def make_rig(tmp_path: Path, *, reverify: bool = False) -> Iterator[Rig]:
         secret=b"s" * 32,
         reverify=reverify,
         metrics=metrics,
+        collector_keys=pinned("edge", "edge-reject", "crash-edge"),
     )
     yield Rig(store, pool, pipeline, signer, c, weights, metrics)
     pool.close()

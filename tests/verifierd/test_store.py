@@ -22,6 +22,7 @@ from verifierd.store import (
     SequenceGapError,
     Store,
     StoreError,
+    Tampered,
     VerdictWrite,
 )
 
@@ -42,6 +43,11 @@ def entries(first: int, last: int, origin: str = "edge") -> list[tuple[int, byte
         envelope = f"{origin}/{seq}".encode()
         out.append((seq, envelope, hashlib.sha256(b"\x00" + envelope).digest()))
     return out
+
+
+def covering(size: int, origin: str = "edge") -> log_pb2.Checkpoint:
+    """A checkpoint as the intake stores it once verified (the store does not check it)."""
+    return log_pb2.Checkpoint(origin=origin, tree_size=size, root_hash=b"r" * 32)
 
 
 def verdict(origin: str, seq: int, status: int, decided_at_ns: int = 1) -> VerdictWrite:
@@ -66,7 +72,12 @@ def test_ingest_advances_cursor_and_queues(store: Store) -> None:
     assert cursor.checkpoint == checkpoint
     store.ingest("edge", entries(6, 7))
     assert store.cursor("edge").checkpoint == checkpoint
-    assert [(e.origin, e.seq) for e in store.inbox(10)] == [("edge", s) for s in range(1, 8)]
+    # Only what the stored checkpoint covers may be judged; the rest waits for one.
+    assert [(e.origin, e.seq) for e in store.inbox(10)] == [("edge", s) for s in range(1, 6)]
+    assert (store.counts().inbox, store.counts().awaiting_checkpoint) == (7, 2)
+    store.ingest("edge", [], checkpoint=covering(7))
+    assert [e.seq for e in store.inbox(10)] == list(range(1, 8))
+    assert store.counts().awaiting_checkpoint == 0
     stored = store.entry("edge", 3)
     assert stored is not None and stored.envelope == b"edge/3"
     assert store.counts().entries == 7
@@ -88,7 +99,7 @@ def test_ingest_refuses_gaps_and_repeats_atomically(store: Store) -> None:
 
 
 def test_hash_only_entries_advance_but_are_not_queued(store: Store) -> None:
-    store.ingest("edge", [(1, b"", b"h" * 32), *entries(2, 2)])
+    store.ingest("edge", [(1, b"", b"h" * 32), *entries(2, 2)], checkpoint=covering(2))
     assert store.cursor("edge").seq == 2
     assert [e.seq for e in store.inbox(10)] == [2]
 
@@ -213,7 +224,7 @@ def test_a_cleared_alert_is_kept_with_its_evidence_and_audited(tmp_path: Path) -
 
 def test_reopen_keeps_everything(tmp_path: Path) -> None:
     store = Store.open(tmp_path / "s")
-    store.ingest("edge", entries(1, 4))
+    store.ingest("edge", entries(1, 4), checkpoint=covering(4))
     store.classify([Enqueue("edge", 1, "R1", CID)])
     store.set_difr_override(CID, verifier_pb2.DifrSettings(threshold=1), actor="a")
     store.close()
@@ -271,7 +282,71 @@ def test_any_batching_gives_the_same_store(
     store = Store.open(tmp_path_factory.mktemp("s"))
     for a, b in itertools.pairwise(bounds):
         store.ingest("edge", all_entries[a:b])
+    store.ingest("edge", [], checkpoint=covering(30))
     assert store.cursor("edge").hash == all_entries[-1][2]
     assert [e.seq for e in store.inbox(100)] == list(range(1, 31))
     assert store.counts().entries == 30
     store.close()
+
+
+def test_an_origin_waiting_for_a_checkpoint_or_under_an_alert_does_not_hold_up_others(
+    store: Store,
+) -> None:
+    store.ingest("a", entries(1, 20, "a"))
+    store.ingest("b", entries(1, 3, "b"), checkpoint=covering(3, "b"))
+    store.ingest("c", entries(1, 2, "c"), checkpoint=covering(2, "c"))
+    assert [(e.origin, e.seq) for e in store.inbox(4)] == [("b", 1), ("b", 2), ("b", 3), ("c", 1)]
+    assert [e.origin for e in store.inbox(10, origins={"c"})] == ["c", "c"]
+    store.set_alert("b", "fork", b"evidence")
+    assert [(e.origin, e.seq) for e in store.inbox(10)] == [("c", 1), ("c", 2)]
+    assert store.counts().awaiting_checkpoint == 23
+    store.clear_alert("b", actor="op", why="checked", check="agrees")
+    assert len(store.inbox(10)) == 5
+
+
+def test_a_tampered_entry_leaves_the_inbox_with_an_alert_and_no_verdict(store: Store) -> None:
+    store.ingest("edge", entries(1, 2), checkpoint=covering(2))
+    store.classify([Tampered("edge", 1, "stored_envelope_altered", b"evidence")])
+    assert [e.seq for e in store.inbox(10)] == []  # judging from "edge" stops
+    assert store.verdict("edge", 1) is None and store.counts().verdicts == 0
+    [alert] = store.alerts()
+    assert (alert.origin, alert.reason, alert.evidence) == (
+        "edge",
+        "stored_envelope_altered",
+        b"evidence",
+    )
+    assert store.counts().inbox == 1
+
+
+def test_a_pending_item_keeps_its_checkpoint_and_can_be_set_aside(store: Store) -> None:
+    store.ingest("edge", entries(1, 2), checkpoint=covering(2))
+    store.classify(
+        [
+            Enqueue("edge", 1, "R1", CID, checkpoint_tree_size=2, checkpoint_root_hash=b"r" * 32),
+            Enqueue("edge", 2, "R2", CID, checkpoint_tree_size=2, checkpoint_root_hash=b"r" * 32),
+        ]
+    )
+    first, second = store.take_pending(CID, 10, now_ns=0)
+    store.finish([], [Retry(first.key, not_before_ns=0, error="engine crashed")])
+    again = store.pending_item(first.key)
+    assert again is not None and again.attempts == 1
+    assert (again.checkpoint_tree_size, again.checkpoint_root_hash) == (2, b"r" * 32)
+    tampered = Tampered("edge", 2, "stored_envelope_altered", b"evidence")
+    assert store.set_aside_pending(second.key, tampered)
+    assert not store.set_aside_pending(second.key, tampered)
+    assert [i.seq for i in store.take_pending(CID, 10, now_ns=0)] == [1]
+    assert store.counts().pending == 1 and store.counts().verdicts == 0
+    assert [a.reason for a in store.alerts()] == ["stored_envelope_altered"]
+
+
+def test_leaf_hashes_are_read_in_order_and_a_missing_one_is_an_error(store: Store) -> None:
+    batch = [(1, b"", b"h" * 32), *entries(2, 3)]
+    store.ingest("edge", batch)
+    assert store.leaf_hashes("edge", 1, 3) == [
+        (b"h" * 32, False),
+        (batch[1][2], True),
+        (batch[2][2], True),
+    ]
+    assert store.leaf_hashes("edge", 3, 2) == []
+    with pytest.raises(StoreError, match="edge/4"):
+        store.leaf_hashes("edge", 2, 4)

@@ -339,6 +339,7 @@ class VerifierServicer(verifier_pb2_grpc.VerifierServiceServicer):
             verdicts_by_status=self._store.verdict_counts(),
             verdicts_per_second=self._rate.per_second(now),
             inbox=counts.inbox,
+            awaiting_checkpoint=counts.awaiting_checkpoint,
             pending=counts.pending,
             entries=counts.entries,
         )

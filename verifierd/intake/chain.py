@@ -18,6 +18,7 @@ from veritap.note import NoteError, parse_checkpoint, parse_note
 from veritap.v1 import ledger_pb2, log_pb2
 
 from verifierd.errors import VerifierdError
+from verifierd.intake.alert_reasons import AlertReason
 from verifierd.intake.wire import EntryPart
 
 # Leaf hashes kept since the last verified checkpoint, as evidence if its root disagrees.
@@ -29,15 +30,11 @@ class IntakeError(VerifierdError):
 
 
 class ViolationError(IntakeError):
-    """The collector sent something that contradicts its own log: stop and keep evidence.
-
-    `reason` is one of: gap, bad_entry, bad_hash, bad_signature, bad_checkpoint, fork,
-    rollback, origin_mismatch.
-    """
+    """The collector's log, or what was stored of it, is contradicted: stop, keep evidence."""
 
     def __init__(
         self,
-        reason: str,
+        reason: AlertReason,
         detail: str,
         *,
         entries: tuple[ledger_pb2.StreamedEntry, ...] = (),
@@ -96,7 +93,7 @@ class IntakeChain:
         return () if self.last_checkpoint is None else (self.last_checkpoint,)
 
     def _refuse(
-        self, reason: str, detail: str, streamed: ledger_pb2.StreamedEntry
+        self, reason: AlertReason, detail: str, streamed: ledger_pb2.StreamedEntry
     ) -> ViolationError:
         return ViolationError(reason, detail, entries=(streamed,), checkpoints=self._earlier())
 
@@ -128,7 +125,7 @@ class IntakeChain:
         for seq, filtered, data in parts:
             if seq != chain.next_seq:
                 raise self._refuse(
-                    "gap",
+                    AlertReason.GAP,
                     f"received seq {seq} where seq {chain.next_seq} was due",
                     _streamed(seq, filtered, data),
                 )
@@ -137,7 +134,11 @@ class IntakeChain:
                 try:
                     digest = link(seq, data)
                 except ChainError as exc:
-                    reason = "bad_hash" if isinstance(exc, BrokenLinkError) else "bad_entry"
+                    reason = (
+                        AlertReason.BAD_HASH
+                        if isinstance(exc, BrokenLinkError)
+                        else AlertReason.BAD_ENTRY
+                    )
                     raise self._refuse(reason, str(exc), _streamed(seq, filtered, data)) from exc
             elif filtered and len(data) == HASH_SIZE:
                 digest = data
@@ -147,7 +148,7 @@ class IntakeChain:
                 chain.next_seq = seq + 1
             else:
                 raise self._refuse(
-                    "bad_entry",
+                    AlertReason.BAD_ENTRY,
                     f"seq {seq} has neither an envelope nor a 32-byte hash",
                     _streamed(seq, filtered, data),
                 )
@@ -162,12 +163,16 @@ class IntakeChain:
             self._chain.check_checkpoint(checkpoint)
         except CheckpointError as exc:
             if isinstance(exc.__cause__, NoteError):
-                raise ViolationError("bad_signature", str(exc), checkpoints=checkpoints) from exc
+                raise ViolationError(
+                    AlertReason.BAD_SIGNATURE, str(exc), checkpoints=checkpoints
+                ) from exc
             signed = _signed_root(checkpoint)
             if signed is None or signed[0] != self.size or signed[1] == self._chain.frontier.root():
-                raise ViolationError("bad_checkpoint", str(exc), checkpoints=checkpoints) from exc
+                raise ViolationError(
+                    AlertReason.BAD_CHECKPOINT, str(exc), checkpoints=checkpoints
+                ) from exc
             raise ViolationError(
-                "fork",
+                AlertReason.FORK,
                 f"{exc} (the entries since the last checkpoint are listed by hash)",
                 entries=tuple(
                     ledger_pb2.StreamedEntry(seq=self._since_first + i, filtered_hash=h)

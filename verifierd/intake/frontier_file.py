@@ -8,6 +8,10 @@ with the size and last hash it covers. On start the intake loads it and replays 
 stored entry hashes from there to the cursor; a missing, foreign or newer-than-the-store
 file falls back to replaying from seq 1. Losing the file therefore costs time, never
 correctness, and no fsync is needed.
+
+The store's disk is not trusted either: the stored checkpoint must verify under the
+collector's pinned key, and when the replay passes its tree size the rebuilt root must be
+its signed root; otherwise intake stops with an alert (`ViolationError`).
 """
 
 from __future__ import annotations
@@ -21,7 +25,9 @@ from veritap.chain import ChainVerifier
 from veritap.merkle import HASH_SIZE, Frontier, FrontierFormatError
 from veritap.signing import Verifier
 
-from verifierd.intake.chain import IntakeError
+from verifierd.intake.alert_reasons import AlertReason
+from verifierd.intake.chain import IntakeError, ViolationError
+from verifierd.intake.stored_entries import StoredCheckpointError, open_stored_checkpoint
 from verifierd.store import Cursor, Store
 
 _log = logging.getLogger(__name__)
@@ -58,7 +64,18 @@ class FrontierFile:
 def recover_chain(
     store: Store, origin: str, key: Verifier, cursor: Cursor, saved: FrontierFile
 ) -> ChainVerifier:
-    """A verifier positioned at the store's cursor, its frontier rebuilt and cross-checked."""
+    """A verifier positioned at the store's cursor, its frontier rebuilt and cross-checked.
+
+    Raises ViolationError when the stored checkpoint is forged or the stored entries do
+    not lead to its root."""
+    checkpoint = cursor.checkpoint
+    if checkpoint is not None:
+        try:
+            open_stored_checkpoint(checkpoint, key, origin)
+        except StoredCheckpointError as exc:
+            raise ViolationError(
+                AlertReason.STORED_CHECKPOINT_FORGED, str(exc), checkpoints=(checkpoint,)
+            ) from exc
     frontier = Frontier()
     loaded = saved.load()
     if loaded is not None:
@@ -71,7 +88,6 @@ def recover_chain(
             "replaying stored entry hashes to rebuild the frontier",
             extra={"origin": origin, "from_seq": frontier.size + 1, "to_seq": cursor.seq},
         )
-    checkpoint = cursor.checkpoint
     for seq in range(frontier.size + 1, cursor.seq + 1):
         stored = store.entry(origin, seq)
         if stored is None:
@@ -84,7 +100,11 @@ def recover_chain(
             and seq == checkpoint.tree_size
             and frontier.root() != checkpoint.root_hash
         ):
-            raise IntakeError(f"{origin}: stored entries do not match the stored checkpoint {seq}")
+            raise ViolationError(
+                AlertReason.STORED_ENTRIES_ALTERED,
+                f"the stored entry hashes do not lead to the signed root of checkpoint {seq}",
+                checkpoints=(checkpoint,),
+            )
     return ChainVerifier(
         origin=origin,
         verifier=key,

@@ -7,8 +7,10 @@ await intake.clear(origin, actor=..., why=...)   # resume after an alert (operat
 await intake.stop()
 
 A link stopped by an alert stays stopped, across restarts too, until an operator clears
-the alert; :meth:`Intake.clear` resumes it only when the collector's log agrees again with
-what was stored (verifierd.intake.resume_check), and keeps the alert as cleared.
+the alert (`stop_alerted` stops one for an alert the pipeline raised about what was
+stored from that collector); :meth:`Intake.clear` resumes it only when the collector's log
+agrees again with what was stored (verifierd.intake.resume_check), and keeps the alert as
+cleared.
 """
 
 from __future__ import annotations
@@ -56,6 +58,7 @@ class Intake:
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._running = False
         self._clearing = asyncio.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     def _run(self, link: CollectorLink) -> None:
         self._tasks[link.origin] = asyncio.create_task(link.run(), name=f"intake:{link.origin}")
@@ -63,6 +66,7 @@ class Intake:
     async def start(self) -> None:
         """Start a task per collector, except those stopped by an alert (cleared by an operator)."""
         self._running = True
+        self._loop = asyncio.get_running_loop()
         alerts = {a.origin: a.reason for a in await asyncio.to_thread(self._store.alerts)}
         for link in self.links:
             if link.origin in alerts:
@@ -142,6 +146,24 @@ class Intake:
             },
         )
         return cleared
+
+    def stop_alerted(self, origin: str, reason: str) -> None:
+        """Stop the link from ``origin`` for an alert already stored by another part of
+        verifierd (the pipeline found what was stored from it altered). Any thread may
+        call it; before start() it does nothing (start() reads the stored alerts)."""
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(self._stop_for_alert, origin, reason)
+
+    def _stop_for_alert(self, origin: str, reason: str) -> None:
+        link = next((link for link in self.links if link.origin == origin), None)
+        if link is None or link.alert_reason:
+            return
+        task = self._tasks.get(origin)
+        if task is not None:
+            task.cancel()
+        link.set_alert_state(reason)
+        logger.error("intake stopped by an alert about the stored log", extra={"origin": origin})
 
     def status(self) -> list[LinkStatus]:
         return [link.status() for link in self.links]

@@ -58,7 +58,8 @@ class MetricsService:
                 self._metrics.verdict_stored(stored.verdict)
 
     def refresh(self) -> None:
-        """Backlog per commitment and loaded engines, from the store and the pool (blocks)."""
+        """Backlog per commitment, entries awaiting a checkpoint and loaded engines, from the
+        store and the pool (blocks)."""
         now = time.time_ns()
         seen = set()
         for backlog in self._context.store.backlog():
@@ -71,6 +72,7 @@ class MetricsService:
             self._metrics.backlog.labels(commitment=gone).set(0)
             self._metrics.backlog_oldest_age.labels(commitment=gone).set(0)
         self._backlog_commitments = seen
+        self._metrics.awaiting_checkpoint.set(self._context.store.counts().awaiting_checkpoint)
         loaded = sum(1 for e in self._context.pool.status() if e.state in _LOADED)
         self._metrics.engines_loaded.set(loaded)
         provers = self._context.provers
