@@ -18,10 +18,10 @@ from typing import Any
 import grpc
 import pytest
 from veritap.envelope import EnvelopeEncoder, decode_envelope, entry_hash
-from veritap.note import open_checkpoint
+from veritap.note import CheckpointBody, open_checkpoint, sign_checkpoint
 from veritap.signing import Signer
 from veritap.tls import ServerTls, server_credentials
-from veritap.v1 import ledger_pb2, ledger_pb2_grpc
+from veritap.v1 import ledger_pb2, ledger_pb2_grpc, log_pb2
 
 from appliance.journal import MessageId
 from collector.ledger.config import LedgerConfig
@@ -151,6 +151,31 @@ async def test_a_restart_resumes_at_the_cursor_even_without_the_frontier_file(
     intake = await run_until(pair, config, lambda: pair.checkpointed() == 240, "the rest")
     assert not intake.status()[0].alert_reason
     assert pair.store.counts().entries == 240 == pair.stored()
+    log.close()
+
+
+async def test_a_stored_checkpoint_whose_signature_is_bad_is_refused_at_restart(
+    pair: Pair,
+) -> None:
+    log = open_log(pair.root / "log", pair.signer, checkpoint_every=20)
+    append(log, 0, 40)
+    server = await pair.serve(log)
+    config = pair.config(server.port)
+    await run_until(pair, config, lambda: pair.checkpointed() == 40, "the log")
+    stored = pair.store.cursor(ORIGIN).checkpoint
+    assert stored is not None
+    # Someone with the verifier's disk replaces the checkpoint: same body, another key.
+    impostor = Signer.generate(pair.signer.name)
+    note = sign_checkpoint(CheckpointBody(ORIGIN, 40, stored.root_hash), impostor)
+    forged = log_pb2.Checkpoint(origin=ORIGIN, tree_size=40, root_hash=stored.root_hash, note=note)
+    pair.store.ingest(ORIGIN, [], checkpoint=forged)
+    append(log, 40, 10)
+    intake = await run_until(pair, config, lambda: bool(pair.store.alerts()), "the refusal")
+    assert intake.status()[0].state == "alert: stored_checkpoint_forged"
+    evidence = _evidence(pair)
+    assert evidence.reason == "stored_checkpoint_forged"
+    assert list(evidence.checkpoints) == [forged]
+    assert pair.stored() == 40
     log.close()
 
 
