@@ -22,7 +22,8 @@ Whatever the bodies hold, `extract` returns an `Extraction`: bodies that
 Python's json cannot hold and strings protobuf refuses become problems (see
 `json_values`), never exceptions. What a dialect's choices carry beyond their
 text (chat's tool calls and reasoning) is read by its `ChoiceExtras`, within
-caps whose cuts are the extraction's truncations.
+caps (`tool_call_budget`, one per response) whose cuts are the extraction's
+truncations.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from collector.dialects.json_values import (
     proto_text,
 )
 from collector.dialects.sdk_sse import SdkEvent, SdkStream, sdk_events, simple_stream
+from collector.dialects.tool_call_budget import ToolCallBudget
 from collector.http.messages import ResponseMessage
 
 _INT64 = (-(2**63), 2**63 - 1)
@@ -88,7 +90,7 @@ def _as_float(value: object) -> float | None:
         return None
 
 
-def _as_int(value: object) -> int | None:
+def as_int(value: object) -> int | None:
     if isinstance(value, bool):
         return None
     if isinstance(value, float) and value.is_integer():
@@ -107,26 +109,32 @@ def _as_token_ids(value: object) -> list[int] | None:
 
 
 def sampling_from_request(
-    request: Mapping[str, object], prompt_key: str, sampling: record_pb2.SamplingParams
+    request: Mapping[str, object],
+    prompt_key: str,
+    sampling: record_pb2.SamplingParams,
+    max_tokens_keys: tuple[str, ...] = ("max_tokens", "max_completion_tokens"),
 ) -> None:
-    """Fill `sampling` from the request object as sent (see the module docstring)."""
+    """Fill `sampling` from the request object as sent (see the module docstring).
+
+    `max_tokens` is the first of `max_tokens_keys` the request carried as an integer.
+    """
     for name in _FLOAT_FIELDS:
         number = _as_float(request.get(name))
         if number is not None:
             setattr(sampling, name, number)
     for name in _INT_FIELDS:
-        integer = _as_int(request.get(name))
+        integer = as_int(request.get(name))
         if integer is not None:
             setattr(sampling, name, integer)
     for name in _BOOL_FIELDS:
         flag = request.get(name)
         if isinstance(flag, bool):
             setattr(sampling, name, flag)
-    max_tokens = _as_int(request.get("max_tokens"))
-    if max_tokens is None:
-        max_tokens = _as_int(request.get("max_completion_tokens"))
-    if max_tokens is not None:
-        sampling.max_tokens = max_tokens
+    for key in max_tokens_keys:
+        max_tokens = as_int(request.get(key))
+        if max_tokens is not None:
+            sampling.max_tokens = max_tokens
+            break
     stop = request.get("stop")
     stops = [stop] if isinstance(stop, str) else stop
     if isinstance(stops, list) and all(
@@ -134,7 +142,7 @@ def sampling_from_request(
     ):
         sampling.stop.extend(stops)
     logprobs = request.get("logprobs")
-    top = _as_int(logprobs)
+    top = as_int(logprobs)
     if isinstance(logprobs, bool):
         sampling.logprobs = logprobs
     elif top is not None:
@@ -177,7 +185,7 @@ def fill_usage(usage: object, view: record_pb2.ApiView) -> None:
     if not isinstance(usage, dict):
         return
     for name in ("prompt_tokens", "completion_tokens", "total_tokens"):
-        value = _as_int(usage.get(name))
+        value = as_int(usage.get(name))
         if value is not None and value >= 0:
             setattr(view.usage, name, value)
 
@@ -227,10 +235,6 @@ class ChoiceExtras(ABC):
     def finish(self, index: int, choice: record_pb2.Choice) -> None:
         """Fill `choice` from what the stream's chunks for `index` carried."""
 
-    @abstractmethod
-    def report(self, problems: list[str]) -> tuple[str, ...]:
-        """Add what could not be read to `problems`; the truncations at the caps."""
-
 
 class _ChoiceAccumulator:
     """A streamed choice assembled from its deltas."""
@@ -252,12 +256,13 @@ class Dialect(ABC):
     paths: frozenset[str]
     response_objects: frozenset[str]
     prompt_key: str
+    max_tokens_keys: tuple[str, ...] = ("max_tokens", "max_completion_tokens")
 
     def extract(self, request_body: bytes, response: ResponseMessage | None) -> Extraction:
         view = record_pb2.ApiView(dialect=self.name)
         problems: list[str] = []
         request_in_view = False
-        extras = self._extras()
+        budget = ToolCallBudget()
         if request_body:
             try:
                 request = load(request_body)
@@ -274,17 +279,13 @@ class Dialect(ABC):
             streamed = sampling.stream if sampling.HasField("stream") else response.is_sse
             try:
                 if streamed and response.status < 400:
-                    self._stream(response, view, problems, extras)
+                    self._stream(response, view, problems, budget)
                 elif response.body:
-                    self._document(response, view, problems, extras)
+                    self._document(response, view, problems, budget)
             except JsonError as exc:
                 problems.append(f"response cannot be written as JSON: {exc}")
-        truncations = extras.report(problems) if extras is not None else ()
+        truncations = budget.report(problems)
         return Extraction(view, tuple(problems), request_in_view, truncations)
-
-    def _extras(self) -> ChoiceExtras | None:
-        """A reader of what this dialect's choices carry beyond their text (none by default)."""
-        return None
 
     def _request(
         self, request: dict[str, object], view: record_pb2.ApiView, problems: list[str]
@@ -299,7 +300,7 @@ class Dialect(ABC):
         try:
             if self.prompt_key in request:
                 view.prompt_json = canonical_json(request[self.prompt_key])
-            sampling_from_request(request, self.prompt_key, view.sampling)
+            sampling_from_request(request, self.prompt_key, view.sampling, self.max_tokens_keys)
         except JsonError as exc:
             problems.append(f"request cannot be written as JSON: {exc}")
             return False
@@ -313,7 +314,7 @@ class Dialect(ABC):
         response: ResponseMessage,
         view: record_pb2.ApiView,
         problems: list[str],
-        extras: ChoiceExtras | None,
+        budget: ToolCallBudget,
     ) -> None:
         """Fill the response's part of the view from a JSON document (or an error)."""
 
@@ -323,7 +324,7 @@ class Dialect(ABC):
         response: ResponseMessage,
         view: record_pb2.ApiView,
         problems: list[str],
-        extras: ChoiceExtras | None,
+        budget: ToolCallBudget,
     ) -> None:
         """Fill the response's part of the view from an event stream, as the SDK reads it."""
 
@@ -352,16 +353,21 @@ def read_document(
 class ChoicesDialect(Dialect):
     """A dialect whose responses carry `choices`: chat and completions."""
 
+    def _extras(self, budget: ToolCallBudget, problems: list[str]) -> ChoiceExtras | None:
+        """A reader of what this dialect's choices carry beyond their text (none by default)."""
+        return None
+
     def _document(
         self,
         response: ResponseMessage,
         view: record_pb2.ApiView,
         problems: list[str],
-        extras: ChoiceExtras | None,
+        budget: ToolCallBudget,
     ) -> None:
         document = read_document(response, view, problems)
         if document is None:
             return
+        extras = self._extras(budget, problems)
         self._header_fields(document, view, problems)
         fill_usage(document.get("usage"), view)
         choices = document.get("choices")
@@ -373,7 +379,7 @@ class ChoicesDialect(Dialect):
                 problems.append(f"choice {position} is not an object")
                 continue
             choice = view.choices.add()
-            index = _as_int(item.get("index"))
+            index = as_int(item.get("index"))
             choice.index = index if index is not None and index >= 0 else position
             choice.text = fit_text(self._choice_text(item), problems)
             finish = item.get("finish_reason")
@@ -396,9 +402,10 @@ class ChoicesDialect(Dialect):
         response: ResponseMessage,
         view: record_pb2.ApiView,
         problems: list[str],
-        extras: ChoiceExtras | None,
+        budget: ToolCallBudget,
     ) -> None:
         choices: dict[int, _ChoiceAccumulator] = {}
+        extras = self._extras(budget, problems)
         bad = 0
         delta_text = self._delta_text
         stream = client_events(response)

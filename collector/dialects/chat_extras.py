@@ -75,10 +75,10 @@ def _reasoning(message: dict[str, object]) -> str | None:
 class ChatExtras(ChoiceExtras):
     """Tool calls and reasoning of one chat response's choices (see the module docstring)."""
 
-    def __init__(self) -> None:
-        self._budget = ToolCallBudget()
+    def __init__(self, budget: ToolCallBudget, problems: list[str]) -> None:
+        self._budget = budget
+        self._problems = problems
         self._streamed: dict[int, _StreamedChoice] = {}
-        self._problems: list[str] = []
 
     def document_choice(self, item: dict[str, object], choice: record_pb2.Choice) -> None:
         message = item.get("message")
@@ -208,7 +208,3 @@ class ChatExtras(ChoiceExtras):
                 function_arguments=fit_text("".join(call.arguments), fit),
             )
         choice.tool_calls_truncated = streamed.truncated
-
-    def report(self, problems: list[str]) -> tuple[str, ...]:
-        problems.extend(p for p in self._problems if p not in problems)
-        return self._budget.report(problems)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collector.dialects.base import ChoiceExtras, ChoicesDialect
 from collector.dialects.chat_extras import ChatExtras
+from collector.dialects.tool_call_budget import ToolCallBudget
 
 
 class OpenAIChat(ChoicesDialect):
@@ -21,8 +22,8 @@ class OpenAIChat(ChoicesDialect):
     response_objects = frozenset({"chat.completion", "chat.completion.chunk"})
     prompt_key = "messages"
 
-    def _extras(self) -> ChoiceExtras:
-        return ChatExtras()
+    def _extras(self, budget: ToolCallBudget, problems: list[str]) -> ChoiceExtras:
+        return ChatExtras(budget, problems)
 
     def _choice_text(self, choice: dict[str, object]) -> str:
         message = choice.get("message")
