@@ -76,6 +76,7 @@ async def test_verdicts_backlog_engines_and_commitments_are_exported(
                 Enqueue("edge", 5, "r5", COMMITMENT),
             ]
         )
+        store.ingest("edge", [(6, b"entry", bytes([6]) * 32)])  # no checkpoint covers it
         service.refresh()
         assert service.url is not None
         with urllib.request.urlopen(service.url, timeout=5) as response:
@@ -96,13 +97,14 @@ async def test_verdicts_backlog_engines_and_commitments_are_exported(
     age = sample(f"{p}backlog_oldest_age_seconds", commitment=COMMITMENT)
     assert age is not None and 0 <= age < 60
     assert sample(f"{p}engines_loaded") == 1
+    assert sample(f"{p}awaiting_checkpoint_entries") == 1
     info = {"commitment": known.commitment_id, "model": "tiny", "dtype": known.dtype}
     assert sample("veritap_commitment_info", **info, sampler="vllm-cpu-splitmix") == 1
     assert f'{p}verdicts_total{{commitment="{COMMITMENT}",reason="",status="pass"}} 1.0' in text
 
     # After stop, new verdicts are no longer counted by this service.
-    store.ingest("edge", [(6, b"entry", bytes([6]) * 32)])
-    store.classify([verdict_write(6, verifier_pb2.VERDICT_STATUS_PASS)])
+    store.ingest("edge", [(7, b"entry", bytes([7]) * 32)])
+    store.classify([verdict_write(7, verifier_pb2.VERDICT_STATUS_PASS)])
     assert sample(f"{p}verdicts_total", commitment=COMMITMENT, status="pass", reason="") == 1
 
 

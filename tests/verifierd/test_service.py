@@ -436,15 +436,18 @@ async def test_get_engines_and_stats_report_the_daemon_state(served: Served) -> 
 
 async def test_stats_without_daemon_sources_come_from_the_store(served: Served) -> None:
     served.store.set_alert(ORIGIN, "fork", b"evidence")
+    # An entry past the stored checkpoint waits for one (and for the alert to be cleared).
+    served.store.ingest(ORIGIN, [(len(EXCHANGES) + 1, b"entry", b"h" * 32)])
     await served.start()
     stub = served.stub()
     stats = await stub.GetStats(verifier_pb2.GetStatsRequest())
     [intake] = stats.intake
     assert (intake.origin, intake.stored_seq, intake.state) == (
         ORIGIN,
-        len(EXCHANGES),
+        len(EXCHANGES) + 1,
         "alert: fork",
     )
+    assert (stats.inbox, stats.awaiting_checkpoint) == (1, 1)
     assert stats.vca == 0 and stats.vca_method == ""
     [engine] = (await stub.GetEngines(verifier_pb2.GetEnginesRequest())).engines
     assert engine.state == verifier_pb2.ENGINE_STATE_UNLOADED
