@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from collector.capture import frame_filter
+from collector.capture.bpf_python import UncompilableProgramError
 from collector.capture.errors import CaptureError
 from collector.capture.frame_filter import FrameFilter, network_offset
 from tests.pcapgen import (
@@ -62,3 +64,20 @@ def test_header_fields_beyond_ports_are_filtered_too() -> None:
 def test_a_bad_expression_is_a_capture_error() -> None:
     with pytest.raises(CaptureError, match="bad capture filter"):
         FrameFilter("tcp port eight thousand")
+
+
+def test_a_program_the_compiler_refuses_runs_in_libpcaps_interpreter(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def refuse(program: object, offset: int) -> object:
+        raise UncompilableProgramError("refused for the test")
+
+    monkeypatch.setattr(frame_filter, "compile_program", refuse)
+    interpreted = FrameFilter("tcp port 8000")
+    monkeypatch.undo()
+    compiled = FrameFilter("tcp port 8000")
+    for conv in (api(), api(22), api(ipv6=True)):
+        for packet in conv.packets:
+            data = frame(conv, packet)
+            assert interpreted.matches(1, data) == compiled.matches(1, data)
+    assert interpreted.rejected == compiled.rejected == len(api(22).packets)
