@@ -15,9 +15,12 @@ from collections.abc import Iterable
 from collector.dialects.base import Dialect, Extraction
 from collector.dialects.openai_chat import OpenAIChat
 from collector.dialects.openai_completions import OpenAICompletions
+from collector.dialects.openai_responses import OpenAIResponses
 from collector.dialects.targets import route_key, route_path
 
-DIALECTS: dict[str, Dialect] = {d.name: d for d in (OpenAIChat(), OpenAICompletions())}
+DIALECTS: dict[str, Dialect] = {
+    d.name: d for d in (OpenAIChat(), OpenAICompletions(), OpenAIResponses())
+}
 
 
 class DialectRegistry:

@@ -594,7 +594,9 @@ class ApiView(_message.Message):
     EVENTS_AFTER_END_FIELD_NUMBER: _builtins.int
     EVENTS_AFTER_END_SHA256_FIELD_NUMBER: _builtins.int
     dialect: _builtins.str
-    """"openai-chat" or "openai-completions"."""
+    """"openai-chat", "openai-completions" or "openai-responses" (one choice,
+    index 0: the response's output text, reasoning and function calls).
+    """
     model: _builtins.str
     """The `model` of the request alone (empty when it named none): never the
     response's, so the prover cannot choose the commitment.

@@ -1,0 +1,283 @@
+"""OpenAI Responses (`POST /v1/responses`), as vLLM serves them and the openai SDK shows them.
+
+The request's `input` (a string or a list of items) is the prompt; every other
+field (`instructions`, `tools`, `reasoning`, ...) is in `params_json`, and
+`max_output_tokens` is the record's `max_tokens`. A response becomes one choice
+(index 0):
+
+- Document (`object: "response"`), read in `output` order: the text is the
+  SDK's `Response.output_text` (the `output_text` parts of every `message`
+  item, joined); the reasoning is the `reasoning_text` content of the
+  `reasoning` items (their `summary_text` parts when none has content); each
+  `function_call` item is a tool call (its `call_id` as the id, `name`,
+  `arguments`). `status` is the finish reason (`completed`, `incomplete`: a
+  claim, like chat's); `usage` has `input_tokens`, `output_tokens`, `total_tokens`.
+- Stream: events are read by their data's `type`, as the SDK reads them, and
+  end where the SDK's stream does (`[DONE]`, a chunk whose `error` is truthy,
+  data that is not JSON). The text is the `response.output_text.delta` deltas
+  in order (what a client printing the stream shows), the reasoning the
+  `response.reasoning_text.delta` deltas (`response.reasoning_summary_text.delta`
+  when there are none); a `function_call` item added by
+  `response.output_item.added` is a tool call whose arguments grow by the
+  `response.function_call_arguments.delta` events of its `output_index` (the
+  SDK's `ResponseStreamState`, which raises on an index added twice or never
+  added: such events are counted as a problem). `response.created` gives the
+  id; `response.completed`, `.incomplete` or `.failed` the status and usage; an
+  `error` event the view's error. Where a terminal event carries the whole
+  `output` and its text or tool calls differ from what the deltas built, the
+  record says so: the prover showed the live stream and the final object
+  different answers.
+
+Tool calls are bounded as chat's are (`tool_call_budget`).
+"""
+
+from __future__ import annotations
+
+from veritap.v1 import record_pb2
+
+from collector.dialects.base import (
+    Dialect,
+    as_int,
+    client_events,
+    count_after_end,
+    error_message,
+    fit_text,
+    is_error,
+    read_document,
+)
+from collector.dialects.json_values import JsonError, load
+from collector.dialects.tool_call_budget import ToolCallBudget
+from collector.http.messages import ResponseMessage
+
+_DONE = "[DONE]"
+_THREAD_EVENT = "thread."
+_TERMINAL = frozenset({"response.completed", "response.incomplete", "response.failed"})
+_USAGE = (
+    ("input_tokens", "prompt_tokens"),
+    ("output_tokens", "completion_tokens"),
+    ("total_tokens", "total_tokens"),
+)
+
+
+def _texts(parts: object, kind: str) -> list[str]:
+    """The `text` of each part of type `kind` in a content (or summary) list."""
+    if type(parts) is not list:
+        return []
+    return [
+        p["text"]
+        for p in parts
+        if type(p) is dict and p.get("type") == kind and type(p.get("text")) is str
+    ]
+
+
+class _Call:
+    """A function call, its arguments kept as parts (a stream may send them byte by byte)."""
+
+    __slots__ = ("arguments", "id", "name")
+
+    def __init__(self, call_id: str, name: str) -> None:
+        self.id = call_id
+        self.name = name
+        self.arguments: list[str] = []
+
+    def parts(self) -> tuple[str, str, str]:
+        return self.id, self.name, "".join(self.arguments)
+
+
+class _Output:
+    """What a response's output items say: text, reasoning and tool calls."""
+
+    __slots__ = ("budget", "calls", "reasoning", "summaries", "text")
+
+    def __init__(self, budget: ToolCallBudget) -> None:
+        self.budget = budget
+        self.text: list[str] = []
+        self.reasoning: list[str] = []
+        self.summaries: list[str] = []
+        self.calls: list[_Call] = []
+
+    def item(self, item: object) -> None:
+        if type(item) is not dict:
+            return
+        kind = item.get("type")
+        if kind == "message":
+            self.text += _texts(item.get("content"), "output_text")
+        elif kind == "reasoning":
+            self.reasoning += _texts(item.get("content"), "reasoning_text")
+            self.summaries += _texts(item.get("summary"), "summary_text")
+        elif kind == "function_call":
+            self.call(item)
+
+    def call(self, item: dict[str, object]) -> _Call | None:
+        """The tool call of a `function_call` item (None when it is past the cap)."""
+        if not self.budget.take_call():
+            return None
+        call = _Call(self._text(item.get("call_id")), self._text(item.get("name")))
+        arguments = self._text(item.get("arguments"))
+        if arguments:
+            call.arguments.append(arguments)
+        self.calls.append(call)
+        return call
+
+    def arguments(self, call: _Call, delta: object) -> None:
+        text = self._text(delta)
+        if text:
+            call.arguments.append(text)
+
+    def _text(self, value: object) -> str:
+        """A string part within the budget ("" for null; another type is malformed)."""
+        if type(value) is str:
+            return self.budget.take_text(value)[0]
+        if value is not None:
+            self.budget.malformed += 1
+        return ""
+
+    def fill(self, choice: record_pb2.Choice, problems: list[str]) -> None:
+        choice.text = fit_text("".join(self.text), problems)
+        reasoning = "".join(self.reasoning) or "".join(self.summaries)
+        if reasoning:
+            choice.reasoning = fit_text(reasoning, problems)
+        for call_id, name, arguments in (call.parts() for call in self.calls):
+            choice.tool_calls.add(
+                id=fit_text(call_id, problems),
+                type="function",
+                function_name=fit_text(name, problems),
+                function_arguments=fit_text(arguments, problems),
+            )
+        budget = self.budget
+        choice.tool_calls_truncated = bool(budget.calls_dropped or budget.bytes_cut)
+
+
+def _summary(response: dict[str, object], view: record_pb2.ApiView, problems: list[str]) -> str:
+    """Fill the id and usage from a response object; its status ("" when none)."""
+    response_id = response.get("id")
+    if type(response_id) is str and not view.response_id:
+        view.response_id = fit_text(response_id, problems)
+    usage = response.get("usage")
+    if type(usage) is dict:
+        for key, name in _USAGE:
+            value = as_int(usage.get(key))
+            if value is not None and value >= 0:
+                setattr(view.usage, name, value)
+    status = response.get("status")
+    return status if type(status) is str else ""
+
+
+class OpenAIResponses(Dialect):
+    name = "openai-responses"
+    paths = frozenset({"/v1/responses"})
+    response_objects = frozenset({"response"})
+    prompt_key = "input"
+    max_tokens_keys: tuple[str, ...] = ("max_output_tokens",)
+
+    def _document(
+        self,
+        response: ResponseMessage,
+        view: record_pb2.ApiView,
+        problems: list[str],
+        budget: ToolCallBudget,
+    ) -> None:
+        document = read_document(response, view, problems)
+        if document is None:
+            return
+        output = document.get("output")
+        if type(output) is not list:
+            problems.append("response has no output list")
+            return
+        read = _Output(budget)
+        for item in output:
+            read.item(item)
+        choice = view.choices.add(index=0)
+        choice.finish_reason = fit_text(_summary(document, view, problems), problems)
+        read.fill(choice, problems)
+
+    def _stream(
+        self,
+        response: ResponseMessage,
+        view: record_pb2.ApiView,
+        problems: list[str],
+        budget: ToolCallBudget,
+    ) -> None:
+        streamed = _Output(budget)
+        calls: dict[int, _Call | None] = {}
+        added: set[int] = set()
+        final: _Output | None = None
+        status = ""
+        bad = 0
+        stream = client_events(response)
+        events = iter(stream.events)
+        for position, event in enumerate(events, 1):
+            if event.data.startswith(_DONE):
+                break
+            try:
+                data = load(event.data)
+            except JsonError:
+                problems.append(f"SSE event {position} is not JSON (the SDK raises there)")
+                break
+            if event.event is not None and event.event.startswith(_THREAD_EVENT):
+                continue
+            if type(data) is not dict:
+                bad += 1
+                continue
+            if is_error(data):
+                view.error = fit_text(error_message(data), problems)
+                break
+            kind = data.get("type")
+            index = data.get("output_index")
+            if kind == "response.output_text.delta":
+                delta = data.get("delta")
+                if type(delta) is str:
+                    streamed.text.append(delta)
+            elif kind == "response.reasoning_text.delta":
+                delta = data.get("delta")
+                if type(delta) is str:
+                    streamed.reasoning.append(delta)
+            elif kind == "response.reasoning_summary_text.delta":
+                delta = data.get("delta")
+                if type(delta) is str:
+                    streamed.summaries.append(delta)
+            elif kind == "response.output_item.added":
+                item = data.get("item")
+                if type(index) is not int or index in added:
+                    budget.misplaced += 1
+                    continue
+                added.add(index)
+                if type(item) is dict and item.get("type") == "function_call":
+                    calls[index] = streamed.call(item)
+            elif kind == "response.function_call_arguments.delta":
+                delta = data.get("delta")
+                if type(index) is not int or index not in added:
+                    budget.misplaced += 1
+                    continue
+                call = calls.get(index)
+                if call is not None:
+                    streamed.arguments(call, delta)
+            elif kind == "error":
+                view.error = fit_text(error_message(data), problems)
+            elif kind in _TERMINAL or kind == "response.created":
+                body = data.get("response")
+                if type(body) is not dict:
+                    bad += 1
+                    continue
+                status = _summary(body, view, problems) or status
+                output = body.get("output")
+                if kind in _TERMINAL and type(output) is list:
+                    final = _Output(ToolCallBudget())
+                    for item in output:
+                        final.item(item)
+            elif type(kind) is not str:
+                bad += 1
+        else:
+            if stream.undecodable_at is not None:
+                at = stream.undecodable_at
+                problems.append(f"SSE body is not UTF-8 at byte {at} (the SDK raises there)")
+        count_after_end(events, view)
+        choice = view.choices.add(index=0, finish_reason=fit_text(status, problems))
+        streamed.fill(choice, problems)
+        if final is not None and (
+            "".join(final.text) != "".join(streamed.text)
+            or [c.parts() for c in final.calls] != [c.parts() for c in streamed.calls]
+        ):
+            problems.append("the final response's output differs from what its deltas streamed")
+        if bad:
+            problems.append(f"{bad} SSE event(s) are not events of this API")
