@@ -3,7 +3,8 @@
 The prover tables call :meth:`AlarmHub.publish` in the writing thread once the alarm's
 transaction committed; each subscriber gets them in its own event loop through
 ``call_soon_threadsafe``, so the writer never waits for a client. Alarms are rare, so a
-subscriber's buffer is unbounded.
+subscriber's buffer is unbounded. Closing the hub (the service stopping) ends every
+stream.
 """
 
 from __future__ import annotations
@@ -21,9 +22,10 @@ class AlarmSubscription:
     def __init__(self, hub: AlarmHub, loop: asyncio.AbstractEventLoop) -> None:
         self._hub = hub
         self._loop = loop
-        self._queue: asyncio.Queue[verifier_pb2.AlarmState] = asyncio.Queue()
+        #: None ends the stream.
+        self._queue: asyncio.Queue[verifier_pb2.AlarmState | None] = asyncio.Queue()
 
-    def deliver(self, states: Sequence[verifier_pb2.AlarmState]) -> None:
+    def deliver(self, states: Sequence[verifier_pb2.AlarmState | None]) -> None:
         """From any thread."""
         try:
             for state in states:
@@ -32,8 +34,9 @@ class AlarmSubscription:
             self.close()
 
     async def alarms(self) -> AsyncIterator[verifier_pb2.AlarmState]:
-        while True:
-            yield await self._queue.get()
+        """Alarms as they are published, until the hub closes."""
+        while (state := await self._queue.get()) is not None:
+            yield state
 
     def close(self) -> None:
         self._hub.unsubscribe(self)
@@ -57,7 +60,11 @@ class AlarmHub:
     def subscribe(self) -> AlarmSubscription:
         subscription = AlarmSubscription(self, asyncio.get_running_loop())
         with self._lock:
-            self._subscribers.add(subscription)
+            closed = self._closed
+            if not closed:
+                self._subscribers.add(subscription)
+        if closed:
+            subscription.deliver([None])
         return subscription
 
     def unsubscribe(self, subscription: AlarmSubscription) -> None:
@@ -65,7 +72,11 @@ class AlarmHub:
             self._subscribers.discard(subscription)
 
     def close(self) -> None:
-        """Stop delivering (the tables keep the listener; it becomes a no-op)."""
+        """Stop delivering and end every stream (the tables keep the listener; it becomes a
+        no-op)."""
         with self._lock:
             self._closed = True
+            subscribers = list(self._subscribers)
             self._subscribers.clear()
+        for subscriber in subscribers:
+            subscriber.deliver([None])

@@ -64,7 +64,8 @@ class ProverRpcs:
         subscription = self._hub.subscribe()
         try:
             # Subscribed before listing, so nothing raised in between is missed (it may
-            # come twice: once listed, once as news).
+            # come twice: once listed, once as news). Headers go out once subscribed.
+            await context.send_initial_metadata(())
             for state in await asyncio.to_thread(self._tables.alarms):
                 yield verifier_pb2.WatchAlarmsResponse(alarm=state)
             async for state in subscription.alarms():

@@ -136,3 +136,10 @@ async def test_clearing_needs_the_admin_role_and_a_reason_and_is_audited(served:
     with pytest.raises(grpc.aio.AioRpcError) as again:
         await served.admin().ClearAlarm(request)
     assert again.value.code() == grpc.StatusCode.NOT_FOUND
+
+
+async def test_watch_streams_end_when_the_service_stops(served: Served) -> None:
+    stream = served.stub().WatchAlarms(verifier_pb2.WatchAlarmsRequest())
+    await stream.initial_metadata()  # subscribed
+    await served.server.stop(grace_s=30)
+    assert await stream.read() is grpc.aio.EOF
