@@ -223,6 +223,9 @@ class OpenAIResponses(Dialect):
                 view.error = fit_text(error_message(data), problems)
                 break
             kind = data.get("type")
+            if type(kind) is not str:
+                bad += 1
+                continue
             index = data.get("output_index")
             if kind == "response.output_text.delta":
                 delta = data.get("delta")
@@ -265,8 +268,6 @@ class OpenAIResponses(Dialect):
                     final = _Output(ToolCallBudget())
                     for item in output:
                         final.item(item)
-            elif type(kind) is not str:
-                bad += 1
         else:
             if stream.undecodable_at is not None:
                 at = stream.undecodable_at

@@ -196,6 +196,12 @@ KEYS = [
     "message",
     "n",
     "stream",
+    "tool_calls",
+    "function",
+    "arguments",
+    "reasoning",
+    "output",
+    "type",
 ]
 
 

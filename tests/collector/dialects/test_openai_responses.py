@@ -287,3 +287,8 @@ def test_any_events_or_document_give_one_bounded_record(
     with cpu_bound(budget(len(response))):
         rec = one(request(streamed), response)
     assert rec.api.dialect == "openai-responses" and len(rec.api.choices) <= 1
+
+
+def test_events_whose_type_is_not_a_string_are_counted() -> None:
+    rec = one(request(True), events({"type": ["response.completed"]}, {"type": {"a": 1}}))
+    assert "2 SSE event(s) are not events of this API" in rec.quality_reason
