@@ -25,6 +25,7 @@ is gone. :meth:`Pipeline.run` loops in its own thread; every blocking call
 
 from __future__ import annotations
 
+import hmac
 import logging
 import threading
 import time
@@ -47,7 +48,12 @@ from verifierd.engine.pool import EngineError, EnginePool, EngineRef
 from verifierd.evidence.client_view import EvidenceUnavailable, choice_evidence
 from verifierd.intake.alert_reasons import AlertReason
 from verifierd.intake.link import load_collector_key
-from verifierd.intake.stored_entries import AuthenticEntry, StoredEntryAuthenticator, evidence
+from verifierd.intake.stored_entries import (
+    AuthenticEntry,
+    StoredEntryAuthenticator,
+    evidence,
+    pending_tag,
+)
 from verifierd.metrics import METRICS, VerifierMetrics
 from verifierd.request_sampling import (
     SamplingNotReproducibleError,
@@ -269,6 +275,20 @@ class Pipeline:
             commitment.commitment_id,
             checkpoint_tree_size=authentic.checkpoint_tree_size,
             checkpoint_root_hash=authentic.checkpoint_root_hash,
+            tag=self._tag(entry.origin, entry.seq, entry.entry_hash, authentic),
+        )
+
+    def _tag(
+        self, origin: str, seq: int, digest: bytes, checkpoint: AuthenticEntry | PendingItem
+    ) -> bytes:
+        """The queue item's MAC over the entry hash and the checkpoint that authenticated it."""
+        return pending_tag(
+            self._secret,
+            origin=origin,
+            seq=seq,
+            entry_hash=digest,
+            checkpoint_tree_size=checkpoint.checkpoint_tree_size,
+            checkpoint_root_hash=checkpoint.checkpoint_root_hash,
         )
 
     def _write(self, entry: StoredEntry, record_id: str, v: verifier_pb2.Verdict) -> VerdictWrite:
@@ -374,7 +394,10 @@ class Pipeline:
         for item in items:
             entry = self._store.entry(item.origin, item.seq)
             assert entry is not None, "a pending item's entry is stored"
-            if entry_hash(entry.envelope) != entry.entry_hash:
+            tag = self._tag(item.origin, item.seq, entry.entry_hash, item)
+            if entry_hash(entry.envelope) != entry.entry_hash or not hmac.compare_digest(
+                tag, item.tag
+            ):
                 self._set_aside(item, entry)
                 continue
             record = decode_record(decode_envelope(entry.envelope))
@@ -497,12 +520,12 @@ class Pipeline:
         return done, retries
 
     def _set_aside(self, item: PendingItem, entry: StoredEntry) -> None:
-        """The stored envelope no longer hashes to the entry hash it was classified
-        under: no verdict, an alert with the evidence."""
+        """The stored entry (or its queue item) is no longer what was classified: no
+        verdict, an alert with the evidence."""
         reason = AlertReason.STORED_ENVELOPE_ALTERED
         detail = (
-            f"stored entry {entry.seq} no longer hashes to its entry hash "
-            f"{entry.entry_hash.hex()} (authenticated by checkpoint {item.checkpoint_tree_size})"
+            f"stored entry {entry.seq} (entry hash {entry.entry_hash.hex()}) is no longer the "
+            f"one checkpoint {item.checkpoint_tree_size} authenticated when it was classified"
         )
         found = evidence(
             item.origin,

@@ -69,12 +69,12 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-# 2: a pending item carries the checkpoint that authenticated its entry.
+# 2: a pending item carries the checkpoint that authenticated its entry, and its tag.
 _FORMAT_VERSION = b"2"
 _ZERO_HASH = bytes(32)
 _U64 = struct.Struct(">Q")
 _U32 = struct.Struct(">I")
-_PENDING = struct.Struct(">IQQHQ32s")
+_PENDING = struct.Struct(">IQQHQ32s32s")
 _DBS = (
     "meta",
     "entries",
@@ -147,6 +147,8 @@ class PendingItem:
     #: The signed checkpoint that authenticated the entry when it was classified.
     checkpoint_tree_size: int = 0
     checkpoint_root_hash: bytes = _ZERO_HASH
+    #: The classifier's MAC over the entry hash and that checkpoint (see Enqueue).
+    tag: bytes = _ZERO_HASH
 
 
 @dataclass(frozen=True)
@@ -160,6 +162,9 @@ class Enqueue:
     #: The signed checkpoint that authenticated the entry (the verdict names it).
     checkpoint_tree_size: int = 0
     checkpoint_root_hash: bytes = _ZERO_HASH
+    #: A MAC the classifier keeps over the authenticated entry hash and that checkpoint,
+    #: so that scoring can tell an entry edited while it waited (the disk is not trusted).
+    tag: bytes = _ZERO_HASH
 
 
 @dataclass(frozen=True)
@@ -592,7 +597,7 @@ class Store:
                         not_before_ns=0,
                         enqueued_ns=now,
                         error="",
-                        checkpoint=(item.checkpoint_tree_size, item.checkpoint_root_hash),
+                        checkpoint=(item.checkpoint_tree_size, item.checkpoint_root_hash, item.tag),
                     )
                     txn.put(pkey, value, db=self._dbs["pending"])
                     self._incr(txn, "pending", 1)
@@ -710,7 +715,7 @@ class Store:
                     not_before_ns=retry.not_before_ns,
                     enqueued_ns=old.enqueued_ns,
                     error=retry.error,
-                    checkpoint=(old.checkpoint_tree_size, old.checkpoint_root_hash),
+                    checkpoint=(old.checkpoint_tree_size, old.checkpoint_root_hash, old.tag),
                 )
                 txn.put(retry.key, packed, db=pending)
 
@@ -942,15 +947,16 @@ def _pack_pending(
     not_before_ns: int,
     enqueued_ns: int,
     error: str,
-    checkpoint: tuple[int, bytes],
+    checkpoint: tuple[int, bytes, bytes],
 ) -> bytes:
+    """``checkpoint``: the authenticating checkpoint's tree size and root, and the tag."""
     fixed = _PENDING.pack(attempts, not_before_ns, enqueued_ns, len(key), *checkpoint)
     return fixed + key + error.encode()
 
 
 def _unpack_pending(pkey: bytes, value: bytes) -> PendingItem:
-    attempts, not_before, enqueued, klen, checkpoint_size, checkpoint_root = _PENDING.unpack_from(
-        value
+    attempts, not_before, enqueued, klen, checkpoint_size, checkpoint_root, tag = (
+        _PENDING.unpack_from(value)
     )
     start = _PENDING.size
     origin, seq = split_ekey(value[start : start + klen])
@@ -965,6 +971,7 @@ def _unpack_pending(pkey: bytes, value: bytes) -> PendingItem:
         last_error=value[start + klen :].decode(),
         checkpoint_tree_size=checkpoint_size,
         checkpoint_root_hash=checkpoint_root,
+        tag=tag,
     )
 
 

@@ -163,6 +163,19 @@ def test_an_entry_edited_while_it_waits_for_the_engine_is_set_aside(
     assert [a.reason for a in rig.store.alerts()] == ["stored_envelope_altered"]
 
 
+def test_an_entry_and_its_hash_edited_while_it_waits_are_set_aside(
+    rig: Rig, tmp_path: Path
+) -> None:
+    ingest(rig.store, "edge", [Exchange("honest")])
+    assert rig.pipeline.classify_some() == 1
+    edited = forged_envelope(rig.store, "edge", 1)
+    put_entry(tmp_path, "edge", 1, entry_hash(edited), edited)  # consistent, but not classified
+    settle(rig)
+    assert rig.store.verdict("edge", 1) is None
+    assert rig.store.counts().pending == 0
+    assert [a.reason for a in rig.store.alerts()] == ["stored_envelope_altered"]
+
+
 def test_an_origin_without_a_pinned_key_is_never_judged(rig: Rig) -> None:
     ingest(rig.store, "stranger", [Exchange("honest")])
     ingest(rig.store, "edge", [Exchange("honest")])

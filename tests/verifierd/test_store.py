@@ -322,7 +322,15 @@ def test_a_pending_item_keeps_its_checkpoint_and_can_be_set_aside(store: Store) 
     store.ingest("edge", entries(1, 2), checkpoint=covering(2))
     store.classify(
         [
-            Enqueue("edge", 1, "R1", CID, checkpoint_tree_size=2, checkpoint_root_hash=b"r" * 32),
+            Enqueue(
+                "edge",
+                1,
+                "R1",
+                CID,
+                checkpoint_tree_size=2,
+                checkpoint_root_hash=b"r" * 32,
+                tag=b"t" * 32,
+            ),
             Enqueue("edge", 2, "R2", CID, checkpoint_tree_size=2, checkpoint_root_hash=b"r" * 32),
         ]
     )
@@ -330,7 +338,11 @@ def test_a_pending_item_keeps_its_checkpoint_and_can_be_set_aside(store: Store) 
     store.finish([], [Retry(first.key, not_before_ns=0, error="engine crashed")])
     again = store.pending_item(first.key)
     assert again is not None and again.attempts == 1
-    assert (again.checkpoint_tree_size, again.checkpoint_root_hash) == (2, b"r" * 32)
+    assert (again.checkpoint_tree_size, again.checkpoint_root_hash, again.tag) == (
+        2,
+        b"r" * 32,
+        b"t" * 32,
+    )
     tampered = Tampered("edge", 2, "stored_envelope_altered", b"evidence")
     assert store.set_aside_pending(second.key, tampered)
     assert not store.set_aside_pending(second.key, tampered)

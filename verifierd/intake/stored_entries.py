@@ -13,6 +13,11 @@ What fails is evidence, never a verdict: a forged stored checkpoint or stored ha
 miss the signed root stop judging the origin (an alert, `OriginAlert`); an envelope that
 does not hash to its authenticated hash is set aside with an alert (`Tampered`).
 
+Between classification and scoring an entry waits in the store's queue, so the classifier
+tags it (`pending_tag`: an HMAC under the verifier's secret over the authenticated entry
+hash and checkpoint) and scoring re-hashes the envelope and checks the tag: an entry, hash
+or named checkpoint edited while it waited is set aside the same way.
+
 The first pass over an origin after a start reads every stored entry hash from seq 1
 (32 bytes each, no envelope); later passes read only what the newer checkpoint adds. The
 authenticated hashes of entries still waiting in the inbox are kept in memory until they
@@ -21,7 +26,10 @@ are judged.
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import logging
+import struct
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -33,9 +41,32 @@ from veritap.signing import Verifier
 from veritap.v1 import ledger_pb2, log_pb2
 
 from verifierd.intake.alert_reasons import AlertReason
-from verifierd.store import Store, StoredEntry, StoreError, Tampered
+from verifierd.store import Store, StoredEntry, StoreError, Tampered, ekey
 
 log = logging.getLogger(__name__)
+
+
+_TAG_CONTEXT = b"veritap pending entry v1\x00"
+
+
+def pending_tag(
+    secret: bytes,
+    *,
+    origin: str,
+    seq: int,
+    entry_hash: bytes,
+    checkpoint_tree_size: int,
+    checkpoint_root_hash: bytes,
+) -> bytes:
+    """The MAC a queued entry carries from classification to scoring."""
+    message = (
+        _TAG_CONTEXT
+        + ekey(origin, seq)
+        + entry_hash
+        + struct.pack(">Q", checkpoint_tree_size)
+        + checkpoint_root_hash
+    )
+    return hmac.new(secret, message, hashlib.sha256).digest()
 
 
 class StoredCheckpointError(Exception):
