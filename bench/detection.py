@@ -46,6 +46,7 @@ import argparse
 import json
 import math
 import multiprocessing
+import pickle
 import sys
 import time
 from collections import Counter
@@ -468,6 +469,11 @@ def main() -> int:
         help="the trained tiny models (verifierd/models) instead of random ones",
     )
     parser.add_argument(
+        "--reuse",
+        action="store_true",
+        help="score the responses a run with the same arguments generated (WORKDIR/responses.pkl)",
+    )
+    parser.add_argument(
         "--without-ids",
         action="store_true",
         help="also score every response from its text alone, as a real client's traffic",
@@ -515,41 +521,50 @@ def main() -> int:
         for dtype in dtypes
     }
 
-    prover = Prover(np.random.default_rng(2026), built["honest"].tokenizer_size, args.tokens)
-    for dtype in dtypes:
-        honest = prover.requests(f"honest-{dtype}", 2 * n, CLAIMED)
-        # Calibration set first (honest[:n]), then the test set; both see every batch shape:
-        # one request alone and four together from each, the rest mixed.
-        lone = [honest[0], honest[n]]
-        four = [*honest[1:5], *honest[n + 1 : n + 5]]
-        rest = [*honest[5:n], *honest[n + 5 :]]
-        if dtype == "float32":
-            sampled_wrong = {
-                "temp+0.1": (replace(CLAIMED, temperature=1.1), 0),
-                "temp-0.1": (replace(CLAIMED, temperature=0.9), 0),
-                "temp+0.3": (replace(CLAIMED, temperature=1.3), 0),
-                "top-p 0.8": (replace(CLAIMED, top_p=0.8), 0),
-                "wrong-seed": (CLAIMED, 1),
-            }
-            rest = prover.mixed(
-                rest,
-                *(
-                    prover.requests(case, n, sampling, seed_shift=shift)
-                    for case, (sampling, shift) in sampled_wrong.items()
-                    if case in dishonest
-                ),
+    saved = args.workdir / "responses.pkl"
+    key = (n, args.tokens, tuple(dishonest), dtypes, args.trained)
+    if args.reuse and saved.exists() and (got := pickle.loads(saved.read_bytes()))[0] == key:
+        _, responses, generate_s = got
+        print(f"# reusing the {len(responses)} responses generated earlier in {saved}")
+    else:
+        prover = Prover(np.random.default_rng(2026), built["honest"].tokenizer_size, args.tokens)
+        for dtype in dtypes:
+            honest = prover.requests(f"honest-{dtype}", 2 * n, CLAIMED)
+            # Calibration set first (honest[:n]), then the test set; both see every batch shape:
+            # one request alone and four together from each, the rest mixed.
+            lone = [honest[0], honest[n]]
+            four = [*honest[1:5], *honest[n + 1 : n + 5]]
+            rest = [*honest[5:n], *honest[n + 5 :]]
+            if dtype == "float32":
+                sampled_wrong = {
+                    "temp+0.1": (replace(CLAIMED, temperature=1.1), 0),
+                    "temp-0.1": (replace(CLAIMED, temperature=0.9), 0),
+                    "temp+0.3": (replace(CLAIMED, temperature=1.3), 0),
+                    "top-p 0.8": (replace(CLAIMED, top_p=0.8), 0),
+                    "wrong-seed": (CLAIMED, 1),
+                }
+                rest = prover.mixed(
+                    rest,
+                    *(
+                        prover.requests(case, n, sampling, seed_shift=shift)
+                        for case, (sampling, shift) in sampled_wrong.items()
+                        if case in dishonest
+                    ),
+                )
+            else:
+                rest = prover.mixed(rest)
+            prover.run(
+                honest_dir, dtype, [lone[:1], lone[1:], four[:4], four[4:], *split_calls(rest)]
             )
-        else:
-            rest = prover.mixed(rest)
-        prover.run(honest_dir, dtype, [lone[:1], lone[1:], four[:4], four[4:], *split_calls(rest)])
-    for name in ("other-model", "int8", "int4"):
-        if name in dishonest:
-            requests = prover.requests(name, n, CLAIMED)
-            prover.run(built[name].path, "float32", split_calls(requests))
-    if "swap-1%" in dishonest:
-        test_set = [r for r in prover.responses if r.case == "honest-float32" and r.index >= n]
-        prover.swap_tokens(test_set)
-    responses = prover.responses
+        for name in ("other-model", "int8", "int4"):
+            if name in dishonest:
+                requests = prover.requests(name, n, CLAIMED)
+                prover.run(built[name].path, "float32", split_calls(requests))
+        if "swap-1%" in dishonest:
+            test_set = [r for r in prover.responses if r.case == "honest-float32" and r.index >= n]
+            prover.swap_tokens(test_set)
+        responses, generate_s = prover.responses, prover.generate_s
+        saved.write_bytes(pickle.dumps((key, responses, generate_s)))
 
     verify_s = 0.0
     margins: list[npt.NDArray[np.float64]] = [np.zeros(0)] * len(responses)
@@ -635,7 +650,7 @@ def main() -> int:
         )
     total = time.monotonic() - started
     print(
-        f"wall time: generation {prover.generate_s:.0f}s, verification of {len(responses)} "
+        f"wall time: generation {generate_s:.0f}s, verification of {len(responses)} "
         f"responses {verify_s:.0f}s, from text {text_s:.0f}s, total {total:.0f}s"
     )
     detected = not dishonest or lower >= TARGET_DETECTION

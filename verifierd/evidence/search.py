@@ -58,6 +58,7 @@ usually little more than one.
 
 from __future__ import annotations
 
+import codecs
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import Enum
@@ -67,6 +68,7 @@ import numpy as np
 import numpy.typing as npt
 
 from verifierd.evidence.spelling import Spelling
+from verifierd.evidence.vllm_views import REPLACEMENT
 
 #: Restarts allowed for a response of n output tokens: BASE + n // PER_TOKENS.
 BASE_RESTARTS = 16
@@ -314,12 +316,27 @@ def _wants_more(state: SearchState) -> bool:
 
 
 def _pending_fits(pending: bytes, rest: str) -> bool:
-    """Held-back bytes must begin the next character or stand for U+FFFD; at the end
-    of the text they are what the detokenizer never emitted (it holds an incomplete
-    character back until a later token completes it)."""
+    """Held-back bytes are invalid sequences, each already a U+FFFD the text must
+    show next, and perhaps an incomplete character last, which must begin the
+    character after them or become U+FFFD too. At the end of the text they are
+    what the detokenizer never emitted (it never flushes a held-back tail)."""
     if not pending or not rest:
         return True
-    return rest[0] == "\ufffd" or rest[0].encode("utf-8").startswith(pending)
+    invalid, incomplete = _split_pending(pending)
+    if not rest.startswith(invalid):
+        return False
+    after = rest[len(invalid) :]
+    if not incomplete or not after:
+        return True
+    return after[0] == REPLACEMENT or after[0].encode("utf-8").startswith(incomplete)
+
+
+def _split_pending(pending: bytes) -> tuple[str, bytes]:
+    """Held-back bytes as the U+FFFD their complete invalid sequences already are,
+    and the incomplete character after them (which later bytes may complete)."""
+    decoder = codecs.getincrementaldecoder("utf-8")("replace")
+    invalid = decoder.decode(pending)
+    return invalid, decoder.getstate()[0]
 
 
 def _guess(state: SearchState, adopted: int | None, chars: int | None) -> None:
@@ -340,17 +357,21 @@ def _guess(state: SearchState, adopted: int | None, chars: int | None) -> None:
         _segment(state, len(target))
         return
     start = spelled.length
-    if pending and start < len(target):
-        char = target[start].encode("utf-8")
-        if target[start] == "\ufffd":
-            # Held-back invalid bytes: guess that they are the whole U+FFFD.
+    invalid, incomplete = _split_pending(pending)
+    # The held-back invalid sequences are the text's next U+FFFD (as consistency
+    # checked); then the incomplete character: finish it with its missing bytes, or
+    # guess that the next character makes it invalid, the U+FFFD after them.
+    start += len(invalid)
+    if incomplete and start < len(target):
+        if target[start] == REPLACEMENT:
             start += 1
-        elif char.startswith(pending):
-            bytes_left = model.byte_tokens(char[len(pending) :])
-            if bytes_left is not None:
+        else:
+            char = target[start].encode("utf-8")
+            bytes_left = model.byte_tokens(char[len(incomplete) :])
+            if char.startswith(incomplete) and bytes_left is not None:
                 state.output += bytes_left
                 start += 1
-    state.guessed = start
+    state.guessed = min(start, len(target))
     _segment(state, len(target) if chars is None else _cut(target, start + chars))
 
 

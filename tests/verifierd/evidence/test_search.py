@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -158,3 +159,24 @@ def test_a_text_of_endless_invalid_bytes_is_read_in_linear_time(vocab: Vocabular
     assert (text, held) == ("a", b"")
     few = vocab.text.text_after(ids[:4])
     assert few == ("a", b"\x80\x80\x80")
+
+
+@pytest.mark.parametrize(
+    ("held", "rest", "fits"),
+    [
+        (b"\xe2\x82", "\u20ac!", True),  # the start of the euro sign
+        (b"\xe2\x82", "a", False),
+        (b"\xe2\x82", "\ufffda", True),  # made invalid by what follows
+        (b"\xef\xbf\xe1", "\ufffd\x1b", False),  # one invalid sequence, then E1 made invalid
+        (b"\xef\xbf\xe1", "\ufffd\ufffd\x1b", True),
+        (b"\xef\xbf\xe1", "\ufffd\u1234", True),  # E1 completed to U+1234
+        (b"\x80\x80", "\ufffd", False),
+        (b"\x80", "", True),  # at the end: never emitted
+    ],
+)
+def test_held_back_bytes_must_show_as_the_text_continues(
+    held: bytes, rest: str, fits: bool
+) -> None:
+    """A dishonest text must not adopt a pick whose held-back bytes make more (or fewer)
+    U+FFFD than the client saw: they would decode to another text."""
+    assert search._pending_fits(held, rest) is fits
