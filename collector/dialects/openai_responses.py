@@ -198,12 +198,7 @@ class OpenAIResponses(Dialect):
         problems: list[str],
         budget: ToolCallBudget,
     ) -> None:
-        streamed = _Output(budget)
-        calls: dict[int, _Call | None] = {}
-        added: set[int] = set()
-        final: _Output | None = None
-        status = ""
-        bad = 0
+        reader = _StreamReader(view, problems, budget)
         stream = client_events(response)
         events = iter(stream.events)
         for position, event in enumerate(events, 1):
@@ -216,69 +211,95 @@ class OpenAIResponses(Dialect):
                 break
             if event.event is not None and event.event.startswith(_THREAD_EVENT):
                 continue
-            if type(data) is not dict:
-                bad += 1
-                continue
             if is_error(data):
                 view.error = fit_text(error_message(data), problems)
                 break
-            kind = data.get("type")
-            if type(kind) is not str:
-                bad += 1
-                continue
-            index = data.get("output_index")
-            if kind == "response.output_text.delta":
-                delta = data.get("delta")
-                if type(delta) is str:
-                    streamed.text.append(delta)
-            elif kind == "response.reasoning_text.delta":
-                delta = data.get("delta")
-                if type(delta) is str:
-                    streamed.reasoning.append(delta)
-            elif kind == "response.reasoning_summary_text.delta":
-                delta = data.get("delta")
-                if type(delta) is str:
-                    streamed.summaries.append(delta)
-            elif kind == "response.output_item.added":
-                item = data.get("item")
-                if type(index) is not int or index in added:
-                    budget.misplaced += 1
-                    continue
-                added.add(index)
-                if type(item) is dict and item.get("type") == "function_call":
-                    calls[index] = streamed.call(item)
-            elif kind == "response.function_call_arguments.delta":
-                delta = data.get("delta")
-                if type(index) is not int or index not in added:
-                    budget.misplaced += 1
-                    continue
-                call = calls.get(index)
-                if call is not None:
-                    streamed.arguments(call, delta)
-            elif kind == "error":
-                view.error = fit_text(error_message(data), problems)
-            elif kind in _TERMINAL or kind == "response.created":
-                body = data.get("response")
-                if type(body) is not dict:
-                    bad += 1
-                    continue
-                status = _summary(body, view, problems) or status
-                output = body.get("output")
-                if kind in _TERMINAL and type(output) is list:
-                    final = _Output(ToolCallBudget())
-                    for item in output:
-                        final.item(item)
+            reader.event(data)
         else:
             if stream.undecodable_at is not None:
                 at = stream.undecodable_at
                 problems.append(f"SSE body is not UTF-8 at byte {at} (the SDK raises there)")
         count_after_end(events, view)
-        choice = view.choices.add(index=0, finish_reason=fit_text(status, problems))
+        reader.finish()
+
+
+class _StreamReader:
+    """One Responses stream's events, as they are read (see the module docstring)."""
+
+    def __init__(
+        self, view: record_pb2.ApiView, problems: list[str], budget: ToolCallBudget
+    ) -> None:
+        self.view = view
+        self.problems = problems
+        self.budget = budget
+        self.streamed = _Output(budget)
+        self.calls: dict[int, _Call | None] = {}
+        self.added: set[int] = set()
+        self.final: _Output | None = None
+        self.status = ""
+        self.bad = 0
+
+    def event(self, data: object) -> None:
+        if type(data) is not dict or type(kind := data.get("type")) is not str:
+            self.bad += 1
+            return
+        streamed = self.streamed
+        if kind == "response.output_text.delta":
+            _append_text(streamed.text, data.get("delta"))
+        elif kind == "response.reasoning_text.delta":
+            _append_text(streamed.reasoning, data.get("delta"))
+        elif kind == "response.reasoning_summary_text.delta":
+            _append_text(streamed.summaries, data.get("delta"))
+        elif kind == "response.output_item.added":
+            self._item_added(data.get("output_index"), data.get("item"))
+        elif kind == "response.function_call_arguments.delta":
+            self._arguments(data.get("output_index"), data.get("delta"))
+        elif kind == "error":
+            self.view.error = fit_text(error_message(data), self.problems)
+        elif kind in _TERMINAL or kind == "response.created":
+            self._lifecycle(data.get("response"), terminal=kind in _TERMINAL)
+
+    def _item_added(self, index: object, item: object) -> None:
+        if type(index) is not int or index in self.added:
+            self.budget.misplaced += 1  # the SDK's helper raises on an index added twice
+            return
+        self.added.add(index)
+        if type(item) is dict and item.get("type") == "function_call":
+            self.calls[index] = self.streamed.call(item)
+
+    def _arguments(self, index: object, delta: object) -> None:
+        if type(index) is not int or index not in self.added:
+            self.budget.misplaced += 1  # ... and on one never added
+            return
+        call = self.calls.get(index)
+        if call is not None:
+            self.streamed.arguments(call, delta)
+
+    def _lifecycle(self, body: object, *, terminal: bool) -> None:
+        if type(body) is not dict:
+            self.bad += 1
+            return
+        self.status = _summary(body, self.view, self.problems) or self.status
+        output = body.get("output")
+        if terminal and type(output) is list:
+            self.final = _Output(ToolCallBudget())
+            for item in output:
+                self.final.item(item)
+
+    def finish(self) -> None:
+        problems = self.problems
+        choice = self.view.choices.add(index=0, finish_reason=fit_text(self.status, problems))
+        streamed, final = self.streamed, self.final
         streamed.fill(choice, problems)
         if final is not None and (
             "".join(final.text) != "".join(streamed.text)
             or [c.parts() for c in final.calls] != [c.parts() for c in streamed.calls]
         ):
             problems.append("the final response's output differs from what its deltas streamed")
-        if bad:
-            problems.append(f"{bad} SSE event(s) are not events of this API")
+        if self.bad:
+            problems.append(f"{self.bad} SSE event(s) are not events of this API")
+
+
+def _append_text(parts: list[str], delta: object) -> None:
+    if type(delta) is str:
+        parts.append(delta)
