@@ -87,7 +87,7 @@ def setup(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> argparse.Namespace
     monkeypatch.setattr(
         run_command, "RetryingAppend", functools.partial(RetryingAppend, sleep=lambda _s: None)
     )
-    return argparse.Namespace(config=config, interface=None, log=None, key=None)
+    return argparse.Namespace(config=config, interface=None, log=None, key=None, verbose=0)
 
 
 def failing_after(monkeypatch: pytest.MonkeyPatch, good: int, bad: int | None) -> list[int]:
