@@ -406,6 +406,7 @@ class ChoicesDialect(Dialect):
     ) -> None:
         choices: dict[int, _ChoiceAccumulator] = {}
         extras = self._extras(budget, problems)
+        extras_delta = extras.delta if extras is not None else None
         bad = 0
         delta_text = self._delta_text
         stream = client_events(response)
@@ -446,8 +447,8 @@ class ChoicesDialect(Dialect):
                 text = delta_text(item)
                 if text:
                     acc.text.append(text)
-                if extras is not None:
-                    extras.delta(index, item)
+                if extras_delta is not None:
+                    extras_delta(index, item)
                 ids = item.get("token_ids")
                 if type(ids) is list:
                     if acc.token_ids is None:
