@@ -14,7 +14,9 @@ from collector.pipeline import CapturePipeline
 from tests.openai_traffic import Call, words
 from tests.pcapgen import Conversation, frame
 
-GATEWAY = DialectRegistry(["openai-chat", "openai-completions"], ("", "/openai", "/gw/llm"))
+GATEWAY = DialectRegistry(
+    ["openai-chat", "openai-completions", "openai-responses"], ("", "/openai", "/gw/llm")
+)
 
 
 @pytest.mark.parametrize(
@@ -26,6 +28,8 @@ GATEWAY = DialectRegistry(["openai-chat", "openai-completions"], ("", "/openai",
         ("http://gateway/openai/v1/%63hat/completions", "openai-chat"),
         ("/openai%2Fv1/chat/completions", "openai-chat"),
         ("/gw/llm/v1/completions", "openai-completions"),
+        ("/openai/v1/responses", "openai-responses"),
+        ("/v1/responses/", "openai-responses"),
         ("/gw/v1/completions", None),
         ("/openaiv1/chat/completions", None),
         ("/other/v1/chat/completions", None),
