@@ -57,7 +57,10 @@ delta, and overall P(false alarm within D days) <= delta + alpha * D. Both
 default to 1e-6. The assumption is what calibration must make true: the honest
 traffic it recomputes must come from the deployment's own engine and dtype
 (bfloat16 noise, GPU batch shapes), since more frequent honest noise than
-calibration saw is outside the null.
+calibration saw is outside the null. So is honest noise that clusters within
+responses, which both the per-token null and the calibration's independence
+leave out: bfloat16 near-ties on a trained model do (bench/RESULTS.md,
+prover_alarms), and there the bound is not guaranteed.
 
 **Robustness.** float32 reproduction is exact, so every honest margin is 0,
 q_1 ~ ln(K / delta) / N at c_1 = 0 and any changed token is evidence. bfloat16
