@@ -342,7 +342,7 @@ async def test_the_daemon_runs_the_intake_as_a_service_when_collectors_are_confi
 
 
 async def test_an_alert_the_pipeline_raises_about_the_stored_log_stops_the_link(
-    pair: Pair,
+    pair: Pair, caplog: pytest.LogCaptureFixture
 ) -> None:
     log = open_log(pair.root / "log", pair.signer, checkpoint_every=10)
     append(log, 0, 10)
@@ -362,6 +362,12 @@ async def test_an_alert_the_pipeline_raises_about_the_stored_log_stops_the_link(
         await wait_for(
             lambda: service.status()[0].state == "alert: stored_envelope_altered", "the stop"
         )
+        (alert,) = [r for r in caplog.records if r.__dict__.get("message_id") is not None]
+        assert (alert.__dict__["message_id"], alert.__dict__["origin"]) == (
+            MessageId.INTAKE_ALERT,
+            ORIGIN,
+        )
+        assert alert.__dict__["reason"] == "stored_envelope_altered"
         append(log, 10, 10)
         await wait_for(lambda: log.head().seq == 20, "the collector to go on")
         assert pair.stored() == 10

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from appliance.journal import MessageId
 from verifierd.config import Config, IntakeConfig
 from verifierd.intake.backoff import Backoff
 from verifierd.intake.link import CollectorLink, LinkStatus, load_collector_key
@@ -163,7 +164,10 @@ class Intake:
         if task is not None:
             task.cancel()
         link.set_alert_state(reason)
-        logger.error("intake stopped by an alert about the stored log", extra={"origin": origin})
+        logger.error(
+            "intake stopped by an alert about the stored log",
+            extra={"message_id": MessageId.INTAKE_ALERT, "origin": origin, "reason": reason},
+        )
 
     def status(self) -> list[LinkStatus]:
         return [link.status() for link in self.links]
