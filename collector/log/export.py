@@ -36,8 +36,10 @@ sampling                     the request's parameters exactly as sent (object; e
 prompt_token_ids             list of ints when the response carried them, else null
 choices                      list of {index, text, token_ids (list or null), finish_reason,
                              reasoning (text or null), tool_calls (list or null)}: reasoning
-                             and tool calls as the client's SDK read them from the response
-                             body (collector/log/choice_extras.py)
+                             and tool calls as the record holds them (the dialect reads them
+                             as the client's SDK does); each call is {index, id, type,
+                             function: {name, arguments}}, index its place in the list; null
+                             for records whose dialect keeps none
 usage                        {prompt_tokens, completion_tokens, total_tokens} or null
 response_id                  the response's id field
 error                        the error message of a 4xx/5xx response ("" otherwise)
@@ -79,8 +81,6 @@ from veritap.envelope import decode_envelope, decode_record, entry_hash
 from veritap.request_body import RequestBodyError, request_body
 from veritap.v1 import record_pb2
 
-from collector.log.choice_extras import NO_EXTRAS, choice_extras
-
 _QUALITY_PREFIX = "CAPTURE_QUALITY_"
 
 
@@ -115,6 +115,23 @@ def _token_ids(message: record_pb2.ApiView | record_pb2.Choice, field: str) -> l
         return None
     ids: record_pb2.TokenIds = getattr(message, field)
     return list(ids.ids)
+
+
+def _reasoning(choice: record_pb2.Choice) -> str | None:
+    return choice.reasoning if choice.HasField("reasoning") else None
+
+
+def _tool_calls(choice: record_pb2.Choice) -> list[object] | None:
+    calls: list[object] = [
+        {
+            "index": index,
+            "id": call.id,
+            "type": call.type,
+            "function": {"name": call.function_name, "arguments": call.function_arguments},
+        }
+        for index, call in enumerate(choice.tool_calls)
+    ]
+    return calls or None
 
 
 def _body_sha256(message: record_pb2.HttpRequest | record_pb2.HttpResponse) -> str:
@@ -170,7 +187,6 @@ def record_object(seq: int, envelope: bytes, *, with_bodies: bool = False) -> di
     entry = decode_envelope(envelope)
     record = decode_record(entry)
     request, response, api, flow = record.request, record.response, record.api, record.flow
-    extras = choice_extras(record)
     row: dict[str, object] = {
         "seq": seq,
         "record_id": record.record_id,
@@ -204,8 +220,8 @@ def record_object(seq: int, envelope: bytes, *, with_bodies: bool = False) -> di
                 "text": choice.text,
                 "token_ids": _token_ids(choice, "token_ids"),
                 "finish_reason": choice.finish_reason,
-                "reasoning": extras.get(choice.index, NO_EXTRAS).reasoning,
-                "tool_calls": extras.get(choice.index, NO_EXTRAS).tool_calls,
+                "reasoning": _reasoning(choice),
+                "tool_calls": _tool_calls(choice),
             }
             for choice in api.choices
         ],

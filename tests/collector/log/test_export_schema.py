@@ -166,7 +166,7 @@ def test_the_export_holds_the_messages_tool_calls_reasoning_and_bodies(
         assert row["sampling"]["tools"] == TOOLS
     [choice] = document["choices"]
     assert choice["reasoning"] == f"The user wants weather. {HOSTILE}"
-    assert choice["tool_calls"] == [TOOL_CALL]
+    assert choice["tool_calls"] == [{"index": 0, **TOOL_CALL}]
     [choice] = stream["choices"]
     assert choice["reasoning"] == f"Weather, so a tool. {HOSTILE}"
     assert choice["tool_calls"] == [{"index": 0, **TOOL_CALL}]

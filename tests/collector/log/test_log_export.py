@@ -118,6 +118,35 @@ def test_export_has_the_documented_keys_and_values(
     assert with_bodies[1]["response_body"] is None
 
 
+def test_tool_calls_and_reasoning_come_from_the_record_never_from_its_body() -> None:
+    record = full_record()
+    record.response.body = b'{"choices":[{"index":1,"message":{"reasoning":"body only"}}]}'
+    first = record.api.choices[0]
+    first.reasoning = "thought"
+    first.tool_calls.add(id="c-1c-2", type="function", function_name="f", function_arguments="{}")
+    envelope = encode_envelope(
+        seq=1,
+        prev_hash=bytes(32),
+        captured_at_ns=1,
+        origin=ORIGIN,
+        key_id=b"",
+        record=record.SerializeToString(),
+    )
+    choices = export.record_object(1, envelope)["choices"]
+    assert isinstance(choices, list)
+    with_extras, without = choices
+    assert with_extras["reasoning"] == "thought"
+    assert with_extras["tool_calls"] == [
+        {
+            "index": 0,
+            "id": "c-1c-2",
+            "type": "function",
+            "function": {"name": "f", "arguments": "{}"},
+        }
+    ]
+    assert without["reasoning"] is None and without["tool_calls"] is None
+
+
 def test_sampling_without_params_json_falls_back_to_the_typed_fields() -> None:
     record = make_record(1)
     record.api.sampling.temperature = 0.0
