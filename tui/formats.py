@@ -88,6 +88,16 @@ def rate(per_second: float) -> str:
     return f"{per_second:.1f}/s" if per_second < 100 else f"{per_second:.0f}/s"
 
 
+def checkpoint_line(verdict: verifier_pb2.Verdict) -> str:
+    """The collector's signed checkpoint that authenticated the verdict's entry: its tree
+    size and the full Merkle root in hex, to compare with the collector's own checkpoint
+    ("—" for a verdict that names none)."""
+    if not verdict.checkpoint_tree_size:
+        return "—"
+    root = verdict.checkpoint_root_hash.hex()
+    return f"tree size {count(verdict.checkpoint_tree_size)}, root {root}"
+
+
 def settings_line(settings: verifier_pb2.DifrSettings) -> str:
     return (
         f"threshold {settings.threshold:g}  Δmax {settings.delta_max:g}  "

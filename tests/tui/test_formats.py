@@ -143,3 +143,10 @@ def test_provers_and_alarms_read_as_the_cli_names_them() -> None:
     assert formats.alarm_line(hiding) == (
         "HIDING no_seed: 80% of verdicts over 1h00m > 50%, since 03-01 09:00:10 UTC"
     )
+
+
+def test_a_verdict_names_its_checkpoint_by_tree_size_and_full_root() -> None:
+    root = bytes(range(32))
+    verdict = verifier_pb2.Verdict(checkpoint_tree_size=1200, checkpoint_root_hash=root)
+    assert formats.checkpoint_line(verdict) == f"tree size 1\u2009200, root {root.hex()}"
+    assert formats.checkpoint_line(verifier_pb2.Verdict()) == "—"

@@ -223,3 +223,15 @@ def test_a_verdict_line_is_json_whose_prover_text_never_drives_a_terminal() -> N
     assert json.loads(line)["model"] == hostile and json.loads(line)["detail"] == hostile
     assert not any(c in line for c in "\x1b\x07\x9b\u202e\n")
     assert "漢字" in line
+
+
+def test_a_verdict_line_gives_the_checkpoint_root_in_hex_at_any_depth() -> None:
+    root = bytes(range(32))
+    verdict = verifier_pb2.Verdict(
+        record_id="r1", checkpoint_tree_size=40, checkpoint_root_hash=root
+    )
+    line = json.loads(verdicts.json_line(verdict))
+    assert (line["checkpoint_tree_size"], line["checkpoint_root_hash"]) == ("40", root.hex())
+    nested = json.loads(verdicts.json_line(verifier_pb2.GetVerdictResponse(verdict=verdict)))
+    assert nested["verdict"]["checkpoint_root_hash"] == root.hex()
+    assert "checkpoint_root_hash" not in json.loads(verdicts.json_line(verifier_pb2.Verdict()))

@@ -241,7 +241,8 @@ class OverviewScreen(ConsoleScreen):
             counts.append(f"{formats.count(number)}   ")
         vca = f"{stats.vca:.1f}x ({stats.vca_method})" if stats.vca_method else "n/a"
         line = (
-            f"backlog {formats.count(stats.pending)}   inbox {formats.count(stats.inbox)}   "
+            f"backlog {formats.count(stats.pending)}   inbox {formats.count(stats.inbox)} "
+            f"({formats.count(stats.awaiting_checkpoint)} awaiting checkpoint)   "
             f"verdicts {formats.rate(stats.verdicts_per_second)}   VCA {vca}"
         )
         self.query_one("#verifier-summary", Static).update(Text.assemble(counts, "\n", line))

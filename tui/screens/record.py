@@ -107,6 +107,7 @@ def _evidence(detail: RecordDetail) -> Table:
     rows: list[tuple[str, str]] = [
         ("record", f"{verdict.record_id} ({verdict.origin} seq {verdict.seq})"),
         ("entry hash", verdict.entry_hash.hex() or "—"),
+        ("checkpoint", formats.checkpoint_line(verdict)),
         ("commitment", verdict.commitment_id or "—"),
         ("model", verdict.model or detail.record.api.model),
         (

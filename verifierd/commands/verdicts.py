@@ -1,7 +1,9 @@
 """`verifierd verdicts list|get|watch`: query a running verifierd's VerifierService.
 
 Each prints JSON lines (one message per line, protobuf's JSON mapping with the .proto
-field names), so scripts can pipe them into `jq`. The prover's text in them (model names,
+field names), so scripts can pipe them into `jq`; a verdict's checkpoint root hash (the
+signed Merkle root that authenticated its entry) is written in hex, as the collector's
+checkpoints print it, not in the mapping's base64. The prover's text in them (model names,
 details) keeps its characters, but those a terminal acts on (controls, bidi overrides)
 are written as JSON \\u escapes, so printing a line never drives the terminal.
 
@@ -105,7 +107,18 @@ def parse_time(text: str) -> int:
 
 def json_line(message: Message) -> str:
     data = json_format.MessageToDict(message, preserving_proto_field_name=True)
+    _hex_checkpoint_roots(message, data)
     return json_text(data, sort_keys=True)
+
+
+def _hex_checkpoint_roots(message: Message, data: dict[str, Any]) -> None:
+    """Rewrite, in ``message``'s JSON ``data``, each Verdict's checkpoint root in hex (the
+    Verdict itself, or one held in a message field at any depth)."""
+    if isinstance(message, verifier_pb2.Verdict) and message.checkpoint_root_hash:
+        data["checkpoint_root_hash"] = message.checkpoint_root_hash.hex()
+    for field, value in message.ListFields():
+        if field.message_type is not None and not field.is_repeated:
+            _hex_checkpoint_roots(value, data[field.name])
 
 
 # The async stub class exists for type checkers only.
