@@ -15,8 +15,9 @@ import json
 import threading
 from enum import StrEnum
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from types import TracebackType
 from typing import Any
+
+from tests.e2e.background_server import BackgroundServer
 
 CHEAT_HEADER = "x-cheat"
 #: The system message the proxy puts before the client's messages.
@@ -90,7 +91,7 @@ def cheat_event(cheat: Cheat | None, line: bytes, n: int) -> bytes:
     return b"data: " + json.dumps(chunk).encode() + b"\n"
 
 
-class CheatingProxy:
+class CheatingProxy(BackgroundServer):
     """Listens on 127.0.0.1:``port`` and forwards to the server at ``upstream``;
     a context manager that stops it on exit."""
 
@@ -121,23 +122,7 @@ class CheatingProxy:
             def log_message(self, format: str, *args: Any) -> None:
                 """Quiet: the tap records every exchange."""
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
-        self._server.daemon_threads = True
-        self.port: int = self._server.server_address[1]
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
-
-    def __enter__(self) -> CheatingProxy:
-        self._thread.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        super().__init__(ThreadingHTTPServer(("127.0.0.1", 0), _Handler))
 
     def _answer(self, path: str, cheat: Cheat | None, body: dict[str, Any]) -> tuple[int, bytes]:
         n = int(body.get("n") or 1)

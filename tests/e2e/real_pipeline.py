@@ -24,19 +24,20 @@ from veritap.v1 import verifier_pb2, verifier_pb2_grpc
 
 from tests.e2e.cheating_proxy import CheatingProxy
 from tests.e2e.tcp_relay import TcpRelay
-from verifierd.demo.configs import DemoPorts, collector_toml, verifierd_toml
+from verifierd.demo.configs import DemoPorts
 from verifierd.demo.processes import ProcessGroup, free_port, port_open
 from verifierd.demo.run import (
-    MODEL_NAME,
     ORIGIN,
     DemoOptions,
     Steps,
     calibrate,
+    commit_model,
     engine_env,
     http_ok,
     prover_argv,
     run_step,
     veritap_command,
+    write_configs,
 )
 from verifierd.demo.verdicts import TERMINAL, Calibration
 
@@ -141,27 +142,11 @@ def live_pipeline(work: Path, model_dir: Path, *, timeout_s: float = 900) -> Ite
         ports = DemoPorts(relay.port, proxy.port, *(free_port() for _ in range(5)))
         key = work / "collector.key"
         run_step("keygen", [*collector, "keygen", "--name", ORIGIN, "--out", str(key)], logs)
-        collector_config = work / "collector.toml"
-        collector_config.write_text(
-            collector_toml(origin=ORIGIN, log_dir=work / "collector-log", key=key, ports=ports)
-        )
         commitments = work / "commitments"
         commitments.mkdir()
-        verifierd_config = work / "verifierd.toml"
-        verifierd_config.write_text(
-            verifierd_toml(
-                state_dir=work / "verifierd-state",
-                commitments_dir=commitments,
-                origin=ORIGIN,
-                collector_pubkey=Path(f"{key}.pub"),
-                ports=ports,
-            )
-        )
-        commit = [*verifierd, "commit", str(model_dir), "--served-name", MODEL_NAME, "--install"]
-        output = commitments / f"{MODEL_NAME}.json"
-        run_step(
-            "commit", [*commit, "--config", str(verifierd_config), "--output", str(output)], logs
-        )
+        configs = write_configs(work, key, commitments, ports)
+        collector_config, verifierd_config = configs.collector, configs.verifierd
+        commit_model(verifierd_config, model_dir, commitments, logs)
 
         group = stack.enter_context(ProcessGroup(logs))
         group.start("prover", prover_argv(model_dir, server_port), env=engine_env())

@@ -8,10 +8,11 @@ import socket
 import socketserver
 import threading
 from contextlib import suppress
-from types import TracebackType
+
+from tests.e2e.background_server import BackgroundServer
 
 
-class TcpRelay:
+class TcpRelay(BackgroundServer):
     """Accepts on 127.0.0.1:``port`` and copies each connection both ways to
     ``target``, passing half-closes on; a context manager that stops accepting
     on exit."""
@@ -24,23 +25,7 @@ class TcpRelay:
                 relay._pipe(self.request)
 
         self._target = target
-        self._server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), _Handler)
-        self._server.daemon_threads = True
-        self.port: int = self._server.server_address[1]
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
-
-    def __enter__(self) -> TcpRelay:
-        self._thread.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        super().__init__(socketserver.ThreadingTCPServer(("127.0.0.1", 0), _Handler))
 
     def _pipe(self, client: socket.socket) -> None:
         with socket.create_connection(self._target) as upstream:

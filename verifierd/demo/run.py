@@ -126,6 +126,52 @@ def run_step(what: str, argv: list[str], log_dir: Path) -> str:
     return result.stdout
 
 
+@dataclass(frozen=True)
+class DemoConfigs:
+    """The daemons' config files, as written by `write_configs`."""
+
+    collector: Path
+    verifierd: Path
+
+
+def write_configs(work: Path, key: Path, commitments: Path, ports: DemoPorts) -> DemoConfigs:
+    """Write both daemons' config files in ``work``: the collector signs with ``key``
+    and logs to work/collector-log, verifierd trusts its public key, reads
+    ``commitments`` and keeps its state in work/verifierd-state."""
+    configs = DemoConfigs(work / "collector.toml", work / "verifierd.toml")
+    configs.collector.write_text(
+        collector_toml(origin=ORIGIN, log_dir=work / "collector-log", key=key, ports=ports)
+    )
+    configs.verifierd.write_text(
+        verifierd_toml(
+            state_dir=work / "verifierd-state",
+            commitments_dir=commitments,
+            origin=ORIGIN,
+            collector_pubkey=Path(f"{key}.pub"),
+            ports=ports,
+        )
+    )
+    return configs
+
+
+def commit_model(verifierd_config: Path, model_dir: Path, commitments: Path, logs: Path) -> None:
+    """Commit ``model_dir`` as MODEL_NAME and install it (`verifierd commit --install`);
+    the commitment file goes in ``commitments``."""
+    argv = [
+        *veritap_command("verifierd"),
+        "commit",
+        str(model_dir),
+        "--served-name",
+        MODEL_NAME,
+        "--install",
+        "--config",
+        str(verifierd_config),
+        "--output",
+        str(commitments / f"{MODEL_NAME}.json"),
+    ]
+    run_step("commit", argv, logs)
+
+
 def engine_env() -> dict[str, str]:
     return {
         "VLLM_CPU_KVCACHE_SPACE": "1",
@@ -279,24 +325,9 @@ def run_demo(options: DemoOptions) -> DemoResult:
     key = keys / "collector.key"
     if not key.exists():
         run_step("keygen", [*collector, "keygen", "--name", ORIGIN, "--out", str(key)], logs)
-    collector_config = work / "collector.toml"
-    collector_config.write_text(
-        collector_toml(origin=ORIGIN, log_dir=work / "collector-log", key=key, ports=ports)
-    )
-    verifierd_config = work / "verifierd.toml"
-    verifierd_config.write_text(
-        verifierd_toml(
-            state_dir=work / "verifierd-state",
-            commitments_dir=commitments,
-            origin=ORIGIN,
-            collector_pubkey=Path(f"{key}.pub"),
-            ports=ports,
-        )
-    )
-    commit = [*verifierd, "commit", str(honest_dir), "--served-name", MODEL_NAME, "--install"]
-    commitment_file = commitments / f"{MODEL_NAME}.json"
-    argv = [*commit, "--config", str(verifierd_config), "--output", str(commitment_file)]
-    run_step("commit", argv, logs)
+    configs = write_configs(work, key, commitments, ports)
+    collector_config, verifierd_config = configs.collector, configs.verifierd
+    commit_model(verifierd_config, honest_dir, commitments, logs)
 
     with ProcessGroup(logs) as group:
         steps.next("starting the honest and the dishonest vllm-cpu provers")
