@@ -185,6 +185,13 @@ class SchedulerConfig:
     ] = 60.0
 
 
+def _certificate_pair(cert_file: str, key_file: str) -> list[tuple[str, str]]:
+    """The finding of a certificate given without its key, or a key without its certificate."""
+    if bool(cert_file) == bool(key_file):
+        return []
+    return [("", "cert_file and key_file go together")]
+
+
 @dataclass(frozen=True, config=SECTION)
 class CollectorConfig:
     """`[[collectors]]`: one collector whose log this verifier subscribes to."""
@@ -210,8 +217,7 @@ class CollectorConfig:
 
     @model_validator(mode="after")
     def _client_pair(self) -> Self:
-        if bool(self.cert_file) != bool(self.key_file):
-            reject(self, [("", "cert_file and key_file go together")])
+        reject(self, _certificate_pair(self.cert_file, self.key_file))
         return self
 
 
@@ -255,8 +261,7 @@ class ServiceConfig:
 
     @model_validator(mode="after")
     def _server_pair(self) -> Self:
-        if bool(self.cert_file) != bool(self.key_file):
-            reject(self, [("", "cert_file and key_file go together")])
+        reject(self, _certificate_pair(self.cert_file, self.key_file))
         return self
 
 
