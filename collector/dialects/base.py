@@ -207,6 +207,37 @@ def client_events(response: ResponseMessage) -> SdkStream:
     return SdkStream(tuple(SdkEvent(e.event or None, e.data) for e in response.sse_events), None)
 
 
+def stream_data(
+    response: ResponseMessage, view: record_pb2.ApiView, problems: list[str]
+) -> Iterator[object]:
+    """The JSON data of each event of an event stream that the client's SDK reads, in
+    order, up to where it stops (see the module docstring): an error chunk's message goes
+    in the view's `error`, data that is not JSON and a body that stops decoding are
+    problems; `thread.` events are left out. Once the iterator is exhausted, the events
+    after the end are counted in the view."""
+    stream = client_events(response)
+    events = iter(stream.events)
+    for position, event in enumerate(events, 1):
+        if event.data.startswith(_DONE):
+            break
+        try:
+            data = load(event.data)
+        except JsonError:
+            problems.append(f"SSE event {position} is not JSON (the SDK raises there)")
+            break
+        if event.event is not None and event.event.startswith(_THREAD_EVENT):
+            continue  # the SDK wraps it as {"data": ..., "event": ...}: no text, no error
+        if is_error(data):
+            view.error = fit_text(error_message(data), problems)
+            break
+        yield data
+    else:  # every event read without an end: the stream stops where decoding does
+        if stream.undecodable_at is not None:
+            at = stream.undecodable_at
+            problems.append(f"SSE body is not UTF-8 at byte {at} (the SDK raises there)")
+    count_after_end(events, view)
+
+
 def count_after_end(events: Iterator[SdkEvent], view: record_pb2.ApiView) -> None:
     """Count and hash the events the SDK never reads (see the module docstring)."""
     digest = hashlib.sha256()
@@ -409,25 +440,10 @@ class ChoicesDialect(Dialect):
         extras_delta = extras.delta if extras is not None else None
         bad = 0
         delta_text = self._delta_text
-        stream = client_events(response)
-        events = iter(stream.events)
-        for position, event in enumerate(events, 1):
-            data = event.data
-            if data.startswith(_DONE):
-                break
-            try:
-                chunk = load(data)
-            except JsonError:
-                problems.append(f"SSE event {position} is not JSON (the SDK raises there)")
-                break
-            if event.event is not None and event.event.startswith(_THREAD_EVENT):
-                continue  # the SDK wraps it as {"data": ..., "event": ...}: no text, no error
+        for chunk in stream_data(response, view, problems):
             if not isinstance(chunk, dict):
                 bad += 1
                 continue
-            if is_error(chunk):
-                view.error = fit_text(error_message(chunk), problems)
-                break
             if not view.response_id:
                 self._header_fields(chunk, view, problems)
             usage = chunk.get("usage")
@@ -461,11 +477,6 @@ class ChoicesDialect(Dialect):
                     acc.finish_reason = str(finish)
                     if item.get("stop_reason") is not None:
                         acc.stop_reason = canonical_json(item["stop_reason"])
-        else:  # every event read without an end: the stream stops where decoding does
-            if stream.undecodable_at is not None:
-                at = stream.undecodable_at
-                problems.append(f"SSE body is not UTF-8 at byte {at} (the SDK raises there)")
-        count_after_end(events, view)
         for index in sorted(choices):
             acc = choices[index]
             choice = view.choices.add(

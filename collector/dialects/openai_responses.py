@@ -38,19 +38,14 @@ from veritap.v1 import record_pb2
 from collector.dialects.base import (
     Dialect,
     as_int,
-    client_events,
-    count_after_end,
     error_message,
     fit_text,
-    is_error,
     read_document,
+    stream_data,
 )
-from collector.dialects.json_values import JsonError, load
 from collector.dialects.tool_call_budget import ToolCallBudget
 from collector.http.messages import ResponseMessage
 
-_DONE = "[DONE]"
-_THREAD_EVENT = "thread."
 _TERMINAL = frozenset({"response.completed", "response.incomplete", "response.failed"})
 _USAGE = (
     ("input_tokens", "prompt_tokens"),
@@ -199,27 +194,8 @@ class OpenAIResponses(Dialect):
         budget: ToolCallBudget,
     ) -> None:
         reader = _StreamReader(view, problems, budget)
-        stream = client_events(response)
-        events = iter(stream.events)
-        for position, event in enumerate(events, 1):
-            if event.data.startswith(_DONE):
-                break
-            try:
-                data = load(event.data)
-            except JsonError:
-                problems.append(f"SSE event {position} is not JSON (the SDK raises there)")
-                break
-            if event.event is not None and event.event.startswith(_THREAD_EVENT):
-                continue
-            if is_error(data):
-                view.error = fit_text(error_message(data), problems)
-                break
+        for data in stream_data(response, view, problems):
             reader.event(data)
-        else:
-            if stream.undecodable_at is not None:
-                at = stream.undecodable_at
-                problems.append(f"SSE body is not UTF-8 at byte {at} (the SDK raises there)")
-        count_after_end(events, view)
         reader.finish()
 
 
