@@ -19,8 +19,20 @@ from verifierd.store import Store, VerdictWrite
 from verifierd.verdicts import sign_verdict
 
 CID = "ab" * 32
+HONEST = ProverKey("edge", "10.0.0.1", 8000)
+CHEAT = ProverKey("edge", "fd00::2", 8000)
 #: float32 reproduction: every honest margin 0 (what calibration measures there).
 FLOAT32_TAILS = HonestTails.from_margins([np.zeros(1000)] * 300, 10.0)
+
+
+class Clock:
+    """A clock the test sets (ns since the epoch)."""
+
+    def __init__(self, now: int) -> None:
+        self.now = now
+
+    def __call__(self) -> int:
+        return self.now
 
 
 @dataclass(frozen=True)

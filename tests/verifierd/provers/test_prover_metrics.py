@@ -2,38 +2,17 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
-from veritap.signing import Signer
-
-from tests.verifierd.provers.prover_fixtures import (
-    CID,
-    FLOAT32_TAILS,
-    ProverTraffic,
-    dishonest,
-    honest,
-    unverifiable,
-)
-from verifierd.config import ProversConfig
+from tests.verifierd.provers.conftest import Provers
+from tests.verifierd.provers.prover_fixtures import CHEAT, HONEST, dishonest, honest, unverifiable
 from verifierd.metrics import VerifierMetrics
-from verifierd.provers.identity import ProverKey
-from verifierd.provers.store import ProverTables
-from verifierd.store import Store
 
-HONEST = ProverKey("edge", "10.0.0.1", 8000)
-CHEAT = ProverKey("edge", "fd00::2", 8000)
 HOUR = 3600 * 1_000_000_000
 
 
-def test_alarm_state_unverifiable_share_and_evidence_per_prover(tmp_path: Path) -> None:
-    now = [1_000_000_000]
-    store = Store.open(tmp_path / "store")
-    signer = Signer.generate("verifier-test")
-    tables = ProverTables(store, ProversConfig(), signer, clock=lambda: now[0])
-    tables.set_honest_tails(CID, FLOAT32_TAILS, actor="calibration")
-    traffic = ProverTraffic(store, signer)
-    traffic.send(HONEST, [honest(100)] * 3 + [unverifiable("no_seed")])
-    traffic.send(CHEAT, [dishonest(50)] * 10)
+def test_alarm_state_unverifiable_share_and_evidence_per_prover(provers: Provers) -> None:
+    tables, now = provers.tables, provers.clock.now
+    provers.traffic.send(HONEST, [honest(100, now)] * 3 + [unverifiable("no_seed", now)])
+    provers.traffic.send(CHEAT, [dishonest(50, now)] * 10)
     metrics = VerifierMetrics()
 
     def sample(name: str, **labels: str) -> float | None:
@@ -52,9 +31,8 @@ def test_alarm_state_unverifiable_share_and_evidence_per_prover(tmp_path: Path) 
 
     [state] = tables.alarms()
     tables.clear_alarm(state.alarm.alarm_id, actor="CN=ops-admin", why="redeployed")
-    now[0] += 2 * HOUR  # the no_seed verdict left the hour
+    provers.clock.now += 2 * HOUR  # the no_seed verdict left the hour
     metrics.set_provers(tables.provers(), 3600)
     assert sample("veritap_prover_alarm", prover=cheat, kind="dishonest") == 0
     assert sample("veritap_prover_unverifiable_ratio", prover=fair, reason="no_seed") is None
     assert sample("veritap_prover_evidence", prover=cheat) == 0
-    store.close()

@@ -4,71 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
-from dataclasses import dataclass
-from pathlib import Path
 
 import grpc
 import pytest
-from veritap.signing import Signer
-from veritap.tls import ClientTls, channel_credentials
-from veritap.v1 import verifier_pb2, verifier_pb2_grpc
+from veritap.v1 import verifier_pb2
 
-from tests.service_pki import ADMIN_CN, ADMIN_SUBJECT, ServicePki, write_service_pki
-from tests.verifierd.provers.prover_fixtures import (
-    CID,
-    FLOAT32_TAILS,
-    Outcome,
-    ProverTraffic,
-    dishonest,
-    honest,
-)
-from verifierd.api import ServiceSettings, VerifierServer, start_verifier_service
-from verifierd.commitments import CommitmentRegistry
-from verifierd.config import ProversConfig
+from tests.service_pki import ADMIN_SUBJECT
+from tests.verifierd.provers.conftest import Served
+from tests.verifierd.provers.prover_fixtures import CHEAT, HONEST, Outcome, dishonest, honest
 from verifierd.provers.alarms import check_signed_alarm
 from verifierd.provers.identity import ProverKey
-from verifierd.provers.store import ProverTables
-from verifierd.store import Store
-
-HONEST = ProverKey("edge", "10.0.0.1", 8000)
-CHEAT = ProverKey("edge", "fd00::2", 8000)
-
-
-@dataclass
-class Served:
-    store: Store
-    tables: ProverTables
-    traffic: ProverTraffic
-    signer: Signer
-    pki: ServicePki
-    server: VerifierServer
-
-    def stub(self, tls: ClientTls | None = None) -> verifier_pb2_grpc.VerifierServiceStub:
-        creds = channel_credentials(tls or self.pki.client_tls(self.pki.operator))
-        channel = grpc.aio.secure_channel(f"localhost:{self.server.port}", creds)
-        return verifier_pb2_grpc.VerifierServiceStub(channel)
-
-    def admin(self) -> verifier_pb2_grpc.VerifierServiceStub:
-        return self.stub(self.pki.client_tls(self.pki.admin))
-
-
-@pytest.fixture
-async def served(tmp_path: Path) -> AsyncIterator[Served]:
-    store = Store.open(tmp_path / "store")
-    signer = Signer.generate("verifier-test")
-    tables = ProverTables(store, ProversConfig(), signer)
-    tables.set_honest_tails(CID, FLOAT32_TAILS, actor="calibration")
-    pki = write_service_pki(tmp_path / "pki")
-    settings = ServiceSettings(
-        listen="127.0.0.1:0", tls=pki.server_tls(), admin_subjects=frozenset({ADMIN_CN})
-    )
-    server = await start_verifier_service(
-        store, CommitmentRegistry.of([]), settings, provers=tables
-    )
-    yield Served(store, tables, ProverTraffic(store, signer), signer, pki, server)
-    await server.stop(0)
-    store.close()
 
 
 async def send(served: Served, prover: ProverKey, outcomes: list[Outcome]) -> list[str]:

@@ -4,49 +4,34 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
-from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
-from veritap.signing import Signer
 
-from tests.service_pki import ADMIN_CN, ADMIN_SUBJECT, CertFiles, ServicePki, write_service_pki
+from tests.service_pki import ADMIN_SUBJECT, CertFiles
+from tests.verifierd.provers.conftest import Served
 from tests.verifierd.provers.prover_fixtures import (
-    CID,
-    FLOAT32_TAILS,
-    ProverTraffic,
+    CHEAT,
+    HONEST,
     dishonest,
     honest,
     unverifiable,
 )
-from verifierd.api import ServiceSettings, VerifierServer, start_verifier_service
 from verifierd.cli import build_parser
-from verifierd.commitments import CommitmentRegistry
-from verifierd.config import ProversConfig
-from verifierd.provers.identity import ProverKey
-from verifierd.provers.store import ProverTables
-from verifierd.store import Store
-
-HONEST = ProverKey("edge", "10.0.0.1", 8000)
-CHEAT = ProverKey("edge", "fd00::2", 8000)
 
 
 @dataclass
 class Cli:
-    tables: ProverTables
-    store: Store
-    server: VerifierServer
-    pki: ServicePki
+    served: Served
     capture: pytest.CaptureFixture[str]
 
     async def run(self, *args: str, who: CertFiles | None = None) -> tuple[int, str, str]:
         """The command in a worker thread, its output read from pytest's capture."""
-        who = who or self.pki.operator
+        pki = self.served.pki
+        who = who or pki.operator
         connection = [
-            f"--address=localhost:{self.server.port}",
-            f"--ca={self.pki.ca}",
+            f"--address=localhost:{self.served.server.port}",
+            f"--ca={pki.ca}",
             f"--cert={who.cert}",
             f"--key={who.key}",
         ]
@@ -58,25 +43,11 @@ class Cli:
 
 
 @pytest.fixture
-async def cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> AsyncIterator[Cli]:
-    store = Store.open(tmp_path / "store")
-    signer = Signer.generate("verifier-test")
-    tables = ProverTables(store, ProversConfig(), signer)
-    tables.set_honest_tails(CID, FLOAT32_TAILS, actor="calibration")
-    traffic = ProverTraffic(store, signer)
-    now = time.time_ns()  # the service reports the windows at its own clock
-    traffic.send(HONEST, [honest(100, now)] * 3 + [unverifiable("no_seed", now)])
-    traffic.send(CHEAT, [dishonest(50, now)] * 10)
-    pki = write_service_pki(tmp_path / "pki")
-    settings = ServiceSettings(
-        listen="127.0.0.1:0", tls=pki.server_tls(), admin_subjects=frozenset({ADMIN_CN})
-    )
-    server = await start_verifier_service(
-        store, CommitmentRegistry.of([]), settings, provers=tables
-    )
-    yield Cli(tables, store, server, pki, capsys)
-    await server.stop(0)
-    store.close()
+def cli(served: Served, capsys: pytest.CaptureFixture[str]) -> Cli:
+    now = served.clock.now  # the service reports the windows at its own clock
+    served.traffic.send(HONEST, [honest(100, now)] * 3 + [unverifiable("no_seed", now)])
+    served.traffic.send(CHEAT, [dishonest(50, now)] * 10)
+    return Cli(served, capsys)
 
 
 async def test_list_names_each_prover_with_its_state(cli: Cli) -> None:
@@ -95,7 +66,7 @@ async def test_show_prints_windows_and_alarms(cli: Cli) -> None:
     code, out, _ = await cli.run("provers", "show", CHEAT.label)
     assert code == 0
     assert "FAIL score_over_threshold: 10" in out and "IN FORCE" in out
-    [state] = cli.tables.alarms()
+    [state] = cli.served.tables.alarms()
     assert state.alarm.alarm_id in out and state.alarm.record_ids[0] in out
     code, out, _ = await cli.run("provers", "show", HONEST.label, "--json")
     assert code == 0 and json.loads(out)["prover"]["id"]["server_port"] == 8000
@@ -106,13 +77,13 @@ async def test_show_prints_windows_and_alarms(cli: Cli) -> None:
 
 
 async def test_clear_needs_the_admin_certificate(cli: Cli) -> None:
-    [state] = cli.tables.alarms()
+    [state] = cli.served.tables.alarms()
     clear = ("alarms", "clear", state.alarm.alarm_id, "--reason", "new weights deployed")
     code, _, err = await cli.run(*clear)
     assert code == 1 and "PERMISSION_DENIED" in err
-    assert cli.tables.alarms() == [state]
-    code, out, _ = await cli.run(*clear, who=cli.pki.admin)
+    assert cli.served.tables.alarms() == [state]
+    code, out, _ = await cli.run(*clear, who=cli.served.pki.admin)
     assert code == 0 and "CLEARED" in out and f"by {ADMIN_SUBJECT}: new weights" in out
-    assert cli.tables.alarms() == []
-    code, _, err = await cli.run(*clear, who=cli.pki.admin)
+    assert cli.served.tables.alarms() == []
+    code, _, err = await cli.run(*clear, who=cli.served.pki.admin)
     assert code == 1 and "NOT_FOUND" in err

@@ -12,8 +12,11 @@ from veritap.v1 import verifier_pb2
 
 from appliance.journal import MessageId
 from tests.verifierd.provers.prover_fixtures import (
+    CHEAT,
     CID,
     FLOAT32_TAILS,
+    HONEST,
+    Clock,
     ProverTraffic,
     dishonest,
     honest,
@@ -25,8 +28,6 @@ from verifierd.provers.identity import ProverKey
 from verifierd.provers.store import NoSuchAlarmError, ProverTables
 from verifierd.store import Store
 
-HONEST = ProverKey("edge", "10.0.0.1", 8000)
-CHEAT = ProverKey("edge", "10.0.0.2", 8000)
 S = 1_000_000_000
 HOUR = 3600 * S
 PASS = verifier_pb2.VERDICT_STATUS_PASS
@@ -37,21 +38,13 @@ HIDING = verifier_pb2.ALARM_KIND_HIDING
 CONFIG = ProversConfig(hiding=HidingConfig(min_verdicts=10, reasons=(("no_output", 0.9),)))
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = S
-
-    def __call__(self) -> int:
-        return self.now
-
-
 class Verifier:
     """A store with its prover tables, reopened as a restarted verifierd would."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
         self.signer = Signer.generate("verifier-test")
-        self.clock = Clock()
+        self.clock = Clock(S)
         self.raised: list[verifier_pb2.AlarmState] = []
         self._open()
 
