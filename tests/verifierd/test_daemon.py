@@ -13,11 +13,8 @@ import os
 import random
 import signal
 import socket
-import subprocess
-import sys
 import tempfile
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,13 +24,13 @@ from veritap.signing import Verifier
 from veritap.v1 import verifier_pb2
 
 from tests.verifierd.commitment_fixtures import commit, make_model_dir
+from tests.verifierd.daemon_process import start_daemon, stored_verdicts, wait_for, write_config
 from tests.verifierd.engine_doubles import FACTORY
 from tests.verifierd.record_fixtures import COLLECTOR, Exchange, ingest
-from verifierd.commitments import Commitment, DifrSettings, write_commitment
+from verifierd.commitments import Commitment, DifrSettings
 from verifierd.config import DEFAULT_BACKEND, load_config
 from verifierd.store import Store
 from verifierd.verdicts import check_signed_verdict
-from verifierd.weights_cache import WeightsCache
 
 ORIGIN = "edge"
 
@@ -55,11 +52,7 @@ def prepare(
     *,
     claims_ids: bool = True,
 ) -> Setup:
-    (tmp_path / "commitments").mkdir()
-    write_commitment(commitment, tmp_path / "commitments" / "model.json")
-    config_path = tmp_path / "verifierd.toml"
-    config_path.write_text(
-        f"""
+    sections = f"""
 [engines]
 backend = "{backend}"
 max_batch_requests = 4
@@ -71,16 +64,11 @@ poll_interval_s = 0.05
 
 [service]
 listen = "127.0.0.1:0"
-
-# The pinned key that authenticates the stored entries (no collector listens there).
-[[collectors]]
-origin = "{ORIGIN}"
-address = "127.0.0.1:9"
-public_key = "{COLLECTOR.verifier().key_string()}"
 """
+    config_path = write_config(
+        tmp_path, commitment, model, sections, origin=ORIGIN, collector=COLLECTOR
     )
     config = load_config(config_path)
-    WeightsCache(config.weights_dir).install(commitment, model)
     store = Store.open(config.store_dir)
     try:
         ingest(store, ORIGIN, [make_exchange(i, claims_ids) for i in range(records)])
@@ -104,32 +92,6 @@ def make_exchange(i: int, claims_ids: bool = True) -> Exchange:
             extra_params={"max_tokens": 24},
         )
     return Exchange(f"rec-{i:04d}", prompt_ids=(1, 2, 3 + i % 3), outputs=(output,), seed=i)
-
-
-def verdict_count(store_dir: Path) -> int:
-    store = Store.open(store_dir, readonly=True)
-    try:
-        return store.counts().verdicts
-    finally:
-        store.close()
-
-
-def start(setup: Setup, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "verifierd.cli", "run", "--config", str(setup.config_path)],
-        env={**os.environ, "PYTHONPATH": os.pathsep.join([os.getcwd(), "protos"]), **(env or {})},
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
-
-
-def wait_for(predicate: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def check_exactly_once(setup: Setup) -> dict[int, int]:
@@ -166,12 +128,12 @@ def kill_repeatedly(setup: Setup, kills: int, env: dict[str, str], startup_s: fl
     records are still pending."""
     rng = random.Random(1234)
     for _ in range(kills):
-        before = verdict_count(setup.store_dir)
+        before = stored_verdicts(setup.store_dir)
         assert before < setup.records, "ran out of work before the last kill"
-        daemon = start(setup, env)
+        daemon = start_daemon(setup.config_path, env)
         try:
             wait_for(
-                lambda n=before: verdict_count(setup.store_dir) > n, startup_s, "scoring to start"
+                lambda n=before: stored_verdicts(setup.store_dir) > n, startup_s, "scoring to start"
             )
             engines = psutil.Process(daemon.pid).children(recursive=True)
             time.sleep(rng.uniform(0.0, 0.5))
@@ -183,9 +145,9 @@ def kill_repeatedly(setup: Setup, kills: int, env: dict[str, str], startup_s: fl
 
 
 def finish(setup: Setup, env: dict[str, str], timeout: float) -> None:
-    daemon = start(setup, env)
+    daemon = start_daemon(setup.config_path, env)
     try:
-        wait_for(lambda: verdict_count(setup.store_dir) == setup.records, timeout, "all verdicts")
+        wait_for(lambda: stored_verdicts(setup.store_dir) == setup.records, timeout, "all verdicts")
         daemon.send_signal(signal.SIGTERM)
         _, stderr = daemon.communicate(timeout=60)
         assert daemon.returncode == 0, stderr.decode()[-2000:]
@@ -219,14 +181,14 @@ def test_ready_and_clean_stop(tmp_path: Path) -> None:
     with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
         sock.bind(path)
         sock.settimeout(120)
-        daemon = start(setup, {"NOTIFY_SOCKET": path})
+        daemon = start_daemon(setup.config_path, {"NOTIFY_SOCKET": path})
         try:
             messages = []
             while not any(b"READY=1" in m for m in messages):
                 messages.append(sock.recv(4096))
             ready = next(m for m in messages if b"READY=1" in m).decode()
             assert "STATUS=verifying 1 commitments" in ready
-            wait_for(lambda: verdict_count(setup.store_dir) == 3, 120, "verdicts")
+            wait_for(lambda: stored_verdicts(setup.store_dir) == 3, 120, "verdicts")
             daemon.send_signal(signal.SIGTERM)
             assert daemon.wait(60) == 0
             while b"STOPPING=1" not in (last := sock.recv(4096)):

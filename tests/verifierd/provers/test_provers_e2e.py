@@ -12,13 +12,7 @@ public key, and is still in force after a clean restart.
 
 from __future__ import annotations
 
-import os
 import signal
-import socket
-import subprocess
-import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import grpc
@@ -28,17 +22,18 @@ from veritap.signing import Verifier
 from veritap.v1 import verifier_pb2, verifier_pb2_grpc
 
 from tests.verifierd.commitment_fixtures import commit, make_model_dir
+from tests.verifierd.daemon_process import start_daemon, stored_verdicts, wait_for, write_config
 from tests.verifierd.engine_doubles import FACTORY
 from tests.verifierd.provers.prover_fixtures import COLLECTOR, ingest_from
 from tests.verifierd.record_fixtures import Exchange
-from verifierd.commitments import DifrSettings, write_commitment
+from verifierd.commitments import DifrSettings
 from verifierd.config import load_config
+from verifierd.demo.processes import free_port
 from verifierd.provers.alarms import check_signed_alarm
 from verifierd.provers.honest_tails import store_honest_tails
 from verifierd.provers.identity import ProverKey
 from verifierd.provers.sequential import HonestTails
 from verifierd.store import Store
-from verifierd.weights_cache import WeightsCache
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -47,12 +42,8 @@ CHEAT = ProverKey("edge", "10.0.0.2", 8000)
 #: Sends only unseeded sampled traffic: nothing of it can be verified.
 HIDER = ProverKey("edge", "10.0.0.3", 8000)
 RECORDS = 24  # per prover
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
+#: How long the stand-in engine takes per batch (so the kill comes mid-work).
+STAND_IN_BATCH = {"VERITAP_FAKE_BATCH_S": "0.2"}
 
 
 def exchange(n: int, *, changed: bool) -> Exchange:
@@ -63,11 +54,7 @@ def exchange(n: int, *, changed: bool) -> Exchange:
 def prepare(tmp_path: Path, address: str) -> Path:
     model = make_model_dir(tmp_path / "model")
     commitment = commit(model, generation_config="vllm", difr=DifrSettings(0.05, 5.0, 1.0))
-    (tmp_path / "commitments").mkdir()
-    write_commitment(commitment, tmp_path / "commitments" / "model.json")
-    config_path = tmp_path / "verifierd.toml"
-    config_path.write_text(
-        f"""
+    sections = f"""
 [engines]
 backend = "{FACTORY}"
 max_batch_requests = 4
@@ -81,16 +68,11 @@ listen = "{address}"
 
 [metrics]
 listen = ""
-
-# The pinned key that authenticates the stored entries (no collector listens there).
-[[collectors]]
-origin = "edge"
-address = "127.0.0.1:9"
-public_key = "{COLLECTOR.verifier().key_string()}"
 """
+    config_path = write_config(
+        tmp_path, commitment, model, sections, origin="edge", collector=COLLECTOR
     )
     config = load_config(config_path)
-    WeightsCache(config.weights_dir).install(commitment, model)
     store = Store.open(config.store_dir)
     try:
         # What calibration measures of the stand-in engine's honest margins: all 0.
@@ -103,34 +85,6 @@ public_key = "{COLLECTOR.verifier().key_string()}"
     finally:
         store.close()
     return config_path
-
-
-def start(config_path: Path) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "verifierd.cli", "run", "--config", str(config_path)],
-        env={
-            **os.environ,
-            "PYTHONPATH": os.pathsep.join([os.getcwd(), "protos"]),
-            "VERITAP_FAKE_BATCH_S": "0.2",
-        },
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
-
-
-def verdicts(store_dir: Path) -> int:
-    store = Store.open(store_dir, readonly=True)
-    try:
-        return store.counts().verdicts
-    finally:
-        store.close()
-
-
-def wait_for(predicate: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
 
 
 def provers(address: str) -> dict[ProverKey, verifier_pb2.Prover]:
@@ -146,17 +100,17 @@ def test_a_dishonest_prover_alarms_and_an_honest_one_never_does(tmp_path: Path) 
     config = load_config(config_path)
     total = 3 * RECORDS
 
-    daemon = start(config_path)
+    daemon = start_daemon(config_path, STAND_IN_BATCH)
     try:
-        wait_for(lambda: verdicts(config.store_dir) > 0, 300, "the first verdicts")
+        wait_for(lambda: stored_verdicts(config.store_dir) > 0, 300, "the first verdicts")
     finally:
         daemon.send_signal(signal.SIGKILL)
         daemon.wait(60)
-    assert verdicts(config.store_dir) < total, "killed after the work was done"
+    assert stored_verdicts(config.store_dir) < total, "killed after the work was done"
 
-    daemon = start(config_path)
+    daemon = start_daemon(config_path, STAND_IN_BATCH)
     try:
-        wait_for(lambda: verdicts(config.store_dir) == total, 300, "every verdict")
+        wait_for(lambda: stored_verdicts(config.store_dir) == total, 300, "every verdict")
         found = provers(address)
         daemon.send_signal(signal.SIGTERM)
         _, stderr = daemon.communicate(timeout=60)
@@ -182,7 +136,7 @@ def test_a_dishonest_prover_alarms_and_an_honest_one_never_does(tmp_path: Path) 
     assert check_signed_alarm(hiding.signed, verifier_key) == hiding.alarm
 
     # Sticky: a restarted daemon still holds them, and raises no second one.
-    daemon = start(config_path)
+    daemon = start_daemon(config_path, STAND_IN_BATCH)
     try:
         wait_for(lambda: _serving(address), 300, "the service")
         again = provers(address)
