@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from veritap.envelope import encode_envelope
 from veritap.signing import Signer
 from veritap.v1 import record_pb2
 
@@ -32,6 +33,13 @@ def make_record(
     record.response.status = 200
     record.response.body = f"response {index}".encode()
     return record
+
+
+def lone_envelope(record: bytes) -> bytes:
+    """The envelope of ``record`` (serialized, or any bytes) as the first entry of ORIGIN's log."""
+    return encode_envelope(
+        seq=1, prev_hash=bytes(32), captured_at_ns=1, origin=ORIGIN, key_id=b"", record=record
+    )
 
 
 def open_log(

@@ -15,14 +15,13 @@ from typing import Any
 
 import jsonschema
 import pytest
-from veritap.envelope import encode_envelope
 from veritap.signing import Signer
 from veritap.v1 import record_pb2
 
 from collector.cli import main
 from collector.log.export import jsonl_lines
 from tests.collector.dialects.test_openai_dialects import records, sse_response
-from tests.collector.log.log_fixtures import ORIGIN, open_log
+from tests.collector.log.log_fixtures import ORIGIN, lone_envelope, open_log
 from tests.openai_traffic import Call, error_response, words
 
 SCHEMA_PATH = Path(__file__).parents[3] / "collector" / "log" / "export.schema.json"
@@ -141,14 +140,7 @@ def test_the_schema_refuses_what_the_export_never_writes(schema: dict[str, Any])
     validator = jsonschema.Draft202012Validator(schema)
     assert not validator.is_valid({"seq": 1})
     record = captured(completions())[0]
-    envelope = encode_envelope(
-        seq=1,
-        prev_hash=bytes(32),
-        captured_at_ns=1,
-        origin=ORIGIN,
-        key_id=b"",
-        record=record.SerializeToString(),
-    )
+    envelope = lone_envelope(record.SerializeToString())
     lines = [json.loads(line) for line in jsonl_lines([(1, envelope)])]
     renamed = {("record" if k == "record_id" else k): v for k, v in lines[0].items()}
     assert validator.is_valid(lines[0]) and not validator.is_valid(renamed)

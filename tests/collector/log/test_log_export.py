@@ -11,13 +11,13 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from veritap.envelope import EnvelopeError, encode_envelope
+from veritap.envelope import EnvelopeError
 from veritap.signing import Signer
 from veritap.v1 import record_pb2
 
 from collector.cli import main
 from collector.log import export
-from tests.collector.log.log_fixtures import ORIGIN, make_record, open_log
+from tests.collector.log.log_fixtures import ORIGIN, lone_envelope, make_record, open_log
 
 #: The keys only `--with-bodies` adds.
 BODY_KEYS = ["request_body", "response_body"]
@@ -124,14 +124,7 @@ def test_tool_calls_and_reasoning_come_from_the_record_never_from_its_body() -> 
     first = record.api.choices[0]
     first.reasoning = "thought"
     first.tool_calls.add(id="c-1c-2", type="function", function_name="f", function_arguments="{}")
-    envelope = encode_envelope(
-        seq=1,
-        prev_hash=bytes(32),
-        captured_at_ns=1,
-        origin=ORIGIN,
-        key_id=b"",
-        record=record.SerializeToString(),
-    )
+    envelope = lone_envelope(record.SerializeToString())
     choices = export.record_object(1, envelope)["choices"]
     assert isinstance(choices, list)
     with_extras, without = choices
@@ -152,14 +145,7 @@ def test_sampling_without_params_json_falls_back_to_the_typed_fields() -> None:
     record.api.sampling.temperature = 0.0
     record.api.sampling.max_tokens = 16
     record.api.sampling.stop.append("\n")
-    envelope = encode_envelope(
-        seq=1,
-        prev_hash=bytes(32),
-        captured_at_ns=1,
-        origin=ORIGIN,
-        key_id=b"",
-        record=record.SerializeToString(),
-    )
+    envelope = lone_envelope(record.SerializeToString())
     row = export.record_object(1, envelope)
     assert row["sampling"] == {"temperature": 0.0, "max_tokens": 16, "stop": ["\n"]}
     assert '"sampling":{"temperature":0.0,"max_tokens":16,"stop":["\\n"]}' in next(
@@ -185,9 +171,7 @@ def test_every_quality_has_a_lowercase_name() -> None:
 @settings(max_examples=50)
 @given(st.binary(max_size=300))
 def test_any_record_bytes_export_or_fail_cleanly(data: bytes) -> None:
-    envelope = encode_envelope(
-        seq=1, prev_hash=bytes(32), captured_at_ns=1, origin=ORIGIN, key_id=b"", record=data
-    )
+    envelope = lone_envelope(data)
     try:
         row = export.record_object(1, envelope, with_bodies=True)
     except EnvelopeError:
