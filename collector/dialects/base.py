@@ -312,7 +312,9 @@ class Dialect(ABC):
                 if streamed and response.status < 400:
                     self._stream(response, view, problems, budget)
                 elif response.body:
-                    self._document(response, view, problems, budget)
+                    document = read_document(response, view, problems)
+                    if document is not None:
+                        self._document(document, view, problems, budget)
             except JsonError as exc:
                 problems.append(f"response cannot be written as JSON: {exc}")
         truncations = budget.report(problems)
@@ -342,12 +344,12 @@ class Dialect(ABC):
     @abstractmethod
     def _document(
         self,
-        response: ResponseMessage,
+        document: dict[str, object],
         view: record_pb2.ApiView,
         problems: list[str],
         budget: ToolCallBudget,
     ) -> None:
-        """Fill the response's part of the view from a JSON document (or an error)."""
+        """Fill the response's part of the view from a 2xx response's JSON object."""
 
     @abstractmethod
     def _stream(
@@ -390,14 +392,11 @@ class ChoicesDialect(Dialect):
 
     def _document(
         self,
-        response: ResponseMessage,
+        document: dict[str, object],
         view: record_pb2.ApiView,
         problems: list[str],
         budget: ToolCallBudget,
     ) -> None:
-        document = read_document(response, view, problems)
-        if document is None:
-            return
         extras = self._extras(budget, problems)
         self._header_fields(document, view, problems)
         fill_usage(document.get("usage"), view)

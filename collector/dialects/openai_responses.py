@@ -40,7 +40,6 @@ from collector.dialects.base import (
     as_int,
     error_message,
     fit_text,
-    read_document,
     stream_data,
 )
 from collector.dialects.tool_call_budget import ToolCallBudget
@@ -167,14 +166,11 @@ class OpenAIResponses(Dialect):
 
     def _document(
         self,
-        response: ResponseMessage,
+        document: dict[str, object],
         view: record_pb2.ApiView,
         problems: list[str],
         budget: ToolCallBudget,
     ) -> None:
-        document = read_document(response, view, problems)
-        if document is None:
-            return
         output = document.get("output")
         if type(output) is not list:
             problems.append("response has no output list")
