@@ -61,7 +61,7 @@ import numpy.typing as npt
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "protos")]
 
-from verifierd.calibration import UNCLIPPED, calibrate  # noqa: E402
+from verifierd.calibration import UNCLIPPED, calibrate, threshold_floor  # noqa: E402
 from verifierd.commitments import Commitment, commit_model_dir  # noqa: E402
 from verifierd.config import EnginesConfig  # noqa: E402
 from verifierd.difr import SamplingSettings  # noqa: E402
@@ -352,6 +352,7 @@ def evaluate(
         [margins[i][:k] for i in calibration for k in lengths],
         target_fpr=TARGET_FPR,
         sample_rate=1.0,
+        min_threshold=threshold_floor(dtype),
     )
     s = cal.settings
     print(

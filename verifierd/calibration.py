@@ -18,7 +18,11 @@ responses known to be honest, recomputed on the verifier's engine. Output:
   of each other: rare) scores at most about that, and in a response of a few
   tokens or more stays under 1e-5; one token changed by a systematic deviation
   (8-bit weights move logits by ~0.01) fails a response of up to a thousand
-  tokens. Token-DiFR sees only changed tokens: a response in which none
+  tokens. A reduced-precision engine flips a near tie now and then however its
+  batches are shaped, and a calibration sample can hold none of those flips (a
+  tiny model's bfloat16 run: one flip in 240,000 tokens, margin 0.0057), so
+  its floor (`threshold_floor`) lets a 100-token response carry one flip of
+  the size its rounding allows. Token-DiFR sees only changed tokens: a response in which none
   changed cannot be told from an honest one at any threshold.
 
 The empirical false-positive rate of the chosen settings on the sample is
@@ -43,6 +47,19 @@ from verifierd.provers.sequential import HonestTails
 #: Margins at or above this are "outside the mask" when they come back clipped
 #: from an engine asked for Δmax = UNCLIPPED.
 UNCLIPPED = 1e9
+
+
+#: A logit of magnitude 4-8 rounds to a multiple of its unit in the last place:
+#: 2^-5 in bfloat16 (8 significand bits), 2^-8 in float16 (11).
+_FLIP_MARGIN = {"bfloat16": 2.0**-5, "float16": 2.0**-8}
+#: The shortest response the floor lets carry one such flip.
+_FLIP_TOKENS = 100
+FLOAT32_FLOOR = 1e-5
+
+
+def threshold_floor(dtype: str) -> float:
+    """The lowest threshold honest numerics of ``dtype`` allow (float32: 1e-5)."""
+    return max(FLOAT32_FLOOR, _FLIP_MARGIN.get(dtype, 0.0) / _FLIP_TOKENS)
 
 
 class CalibrationError(VerifierdError):
@@ -78,7 +95,7 @@ def calibrate(
     sample_rate: float,
     safety: float = 1.5,
     min_delta_max: float = 1.0,
-    min_threshold: float = 1e-5,
+    min_threshold: float = FLOAT32_FLOOR,
 ) -> Calibration:
     """Settings for a target false-positive rate from honest responses' raw margins."""
     if not 0 < target_fpr < 1:

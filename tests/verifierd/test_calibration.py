@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from verifierd.calibration import UNCLIPPED, CalibrationError, calibrate
+from verifierd.calibration import UNCLIPPED, CalibrationError, calibrate, threshold_floor
 
 
 def test_exact_float32_traffic_gets_the_floors() -> None:
@@ -64,3 +64,15 @@ def test_small_samples_never_fail_their_own_honest_traffic(margins: list[list[fl
     for m in margins:
         score = np.minimum(np.array(m), cal.settings.delta_max).mean()
         assert score <= cal.settings.threshold
+
+
+def test_a_reduced_precision_floor_lets_a_response_carry_one_rounding_flip() -> None:
+    # A bfloat16 sample without a single flip (as a tiny model's run can be) must not
+    # set a threshold that one near-tie flip in a later 100-token response exceeds.
+    exact = [np.zeros(300) for _ in range(50)]
+    floor = threshold_floor("bfloat16")
+    settings = calibrate(exact, target_fpr=1e-3, sample_rate=1.0, min_threshold=floor).settings
+    flipped = np.zeros(100)
+    flipped[37] = 2.0**-5
+    assert flipped.mean() <= settings.threshold
+    assert threshold_floor("float32") == 1e-5 < threshold_floor("float16") < floor

@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from verifierd.calibration import Calibration, calibrate
+from verifierd.calibration import Calibration, calibrate, threshold_floor
 from verifierd.commitments import Commitment, CommitmentRegistry, write_commitment
 from verifierd.config import load_config
 from verifierd.errors import VerifierdError
@@ -96,6 +96,7 @@ def run(args: argparse.Namespace) -> int:
                 target_fpr=args.target_fpr,
                 sample_rate=commitment.difr.sample_rate,
                 safety=args.safety,
+                min_threshold=threshold_floor(commitment.dtype),
             )
             sys.stdout.write(report(result))
             if args.apply:
