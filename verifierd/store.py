@@ -41,6 +41,10 @@ writes the audit event, in one transaction. A verdict is put with
 ``overwrite=False`` and only while its queue item still exists, so a record
 never gets two.
 
+A store of format 1 is upgraded when opened (:meth:`Store._upgrade_from_format_1`):
+its queue items name no checkpoint, so they go back to the inbox to be authenticated
+again; any other format but this one is refused.
+
 Every transaction goes through :class:`Store`, which grows the map when LMDB
 reports it full (waiting for this process's readers to finish first, as LMDB
 requires).
@@ -71,6 +75,9 @@ T = TypeVar("T")
 
 # 2: a pending item carries the checkpoint that authenticated its entry, and its tag.
 _FORMAT_VERSION = b"2"
+# Format 1's queue item: attempts, not_before_ns, enqueued_ns, key length; key, error.
+_FORMAT_1 = b"1"
+_FORMAT_1_PENDING = struct.Struct(">IQQH")
 _ZERO_HASH = bytes(32)
 _U64 = struct.Struct(">Q")
 _U32 = struct.Struct(">I")
@@ -302,17 +309,41 @@ class Store:
         def check(txn: lmdb.Transaction) -> None:
             meta = self._dbs["meta"]
             found = txn.get(b"format", db=meta)
-            if found is None:
-                txn.put(b"format", _FORMAT_VERSION, db=meta)
-            elif found != _FORMAT_VERSION:
-                raise StoreError(
-                    f"store format {found!r}, this verifierd reads {_FORMAT_VERSION!r}"
-                )
             last = txn.cursor(db=self._dbs["audit"])
             if last.last():
                 self._audit_number = _U64.unpack(last.key()[8:])[0]
+            if found == _FORMAT_1:
+                self._upgrade_from_format_1(txn)
+            elif found not in (None, _FORMAT_VERSION):
+                raise StoreError(
+                    f"store format {found!r}, this verifierd reads {_FORMAT_VERSION!r}"
+                )
+            txn.put(b"format", _FORMAT_VERSION, db=meta)
 
         self._write(check)
+
+    def _upgrade_from_format_1(self, txn: lmdb.Transaction) -> None:
+        """Format 1 to 2, in the opening transaction: a format-1 queue item names no
+        checkpoint and carries no tag, so each goes back to the inbox, to be authenticated
+        against a signed checkpoint and classified again before it is judged; entries,
+        verdicts, settings, alerts and the audit log are kept as they are."""
+        pending = self._dbs["pending"]
+        items = [(bytes(k), bytes(v)) for k, v in txn.cursor(db=pending).iternext()]
+        for pkey, value in items:
+            klen = _FORMAT_1_PENDING.unpack_from(value)[3]
+            key = value[_FORMAT_1_PENDING.size : _FORMAT_1_PENDING.size + klen]
+            txn.delete(pkey, db=pending)
+            txn.put(key, b"", db=self._dbs["inbox"])
+            self._incr(txn, "inbox", 1)
+            self._incr(txn, "pending", -1)
+            self._incr(txn, f"pending:{pkey[:32].hex()}", -1)
+        detail = {"from": "1", "to": _FORMAT_VERSION.decode(), "requeued": len(items)}
+        self._audit(txn, "verifierd", "store_upgrade", detail)
+        log.warning(
+            "store upgraded from format 1: queued entries go back to the inbox, to be "
+            "authenticated against a signed checkpoint before they are judged",
+            extra=detail,
+        )
 
     # -- transactions -------------------------------------------------------------------
 

@@ -5,11 +5,13 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import struct
 import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import lmdb
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -24,6 +26,7 @@ from verifierd.store import (
     StoreError,
     Tampered,
     VerdictWrite,
+    ekey,
 )
 
 CID = "ab" * 32
@@ -362,3 +365,72 @@ def test_leaf_hashes_are_read_in_order_and_a_missing_one_is_an_error(store: Stor
     assert store.leaf_hashes("edge", 3, 2) == []
     with pytest.raises(StoreError, match="edge/4"):
         store.leaf_hashes("edge", 2, 4)
+
+
+def _queue_as_format_1(env: lmdb.Environment, keys: list[bytes], commitment_id: str) -> None:
+    """Move inbox items to the queue as format 1's Store.classify wrote them (11bcff6):
+    ``cid ‖ order`` → attempts, not_before_ns, enqueued_ns, key length (>IQQH), key, error."""
+    dbs = {name: env.open_db(name.encode()) for name in ("inbox", "pending", "by_record", "meta")}
+    counters = env.open_db(b"counters")
+
+    def incr(txn: lmdb.Transaction, name: str, delta: int) -> None:
+        raw = txn.get(name.encode(), db=counters)
+        value = (struct.unpack(">Q", raw)[0] if raw else 0) + delta
+        txn.put(name.encode(), struct.pack(">Q", value), db=counters)
+
+    with env.begin(write=True) as txn:
+        for order, key in enumerate(keys, start=1):
+            assert txn.delete(key, db=dbs["inbox"])
+            incr(txn, "inbox", -1)
+            seq = struct.unpack(">Q", key[-8:])[0]
+            txn.put(f"R{seq}".encode() + b"\x00" + key, b"", db=dbs["by_record"])
+            value = struct.pack(">IQQH", 1, 0, 5, len(key)) + key + b"engine busy"
+            txn.put(
+                bytes.fromhex(commitment_id) + struct.pack(">Q", order), value, db=dbs["pending"]
+            )
+            incr(txn, "pending", 1)
+            incr(txn, f"pending:{commitment_id}", 1)
+        txn.put(b"format", b"1", db=dbs["meta"])
+
+
+def test_a_format_1_store_is_upgraded_on_open_and_its_queue_authenticated_again(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = Store.open(tmp_path / "s")
+    store.ingest("edge", entries(1, 4), checkpoint=covering(3))
+    store.classify([verdict("edge", 1, verifier_pb2.VERDICT_STATUS_PASS)])
+    settings_ = verifier_pb2.DifrSettings(threshold=0.2, delta_max=5, sample_rate=1)
+    store.set_difr_override(CID, settings_, actor="admin")
+    store.close()
+    with lmdb.open(str(tmp_path / "s"), max_dbs=64) as env:
+        # Format 1 queued without a checkpoint: 4 is past the one stored.
+        _queue_as_format_1(env, [ekey("edge", 2), ekey("edge", 4)], CID)
+
+    store = Store.open(tmp_path / "s")
+    counts = store.counts()
+    assert (counts.inbox, counts.pending, counts.awaiting_checkpoint) == (3, 0, 1)
+    assert store.backlog() == [] and store.take_pending(CID, 10, now_ns=1 << 62) == []
+    # Offered for classification again only as far as a stored checkpoint covers them.
+    assert [e.seq for e in store.inbox(10)] == [2, 3]
+    store.classify([Enqueue("edge", 2, "R2", CID, 3, b"r" * 32, tag=b"t" * 32)])
+    [item] = store.take_pending(CID, 10, now_ns=1 << 62)
+    assert (item.seq, item.checkpoint_tree_size, item.tag) == (2, 3, b"t" * 32)
+    assert [b.pending for b in store.backlog()] == [1]
+    kept = store.verdict("edge", 1)
+    assert kept is not None and kept.verdict.status == verifier_pb2.VERDICT_STATUS_PASS
+    assert store.difr_override(CID) == settings_
+    upgrade = store.audit_log()[-1]
+    assert (upgrade.action, json.loads(upgrade.detail)["requeued"]) == ("store_upgrade", 2)
+    assert any("upgraded from format 1" in r.getMessage() for r in caplog.records)
+    store.close()
+    store = Store.open(tmp_path / "s")  # format 2 now: nothing to upgrade
+    assert [e.action for e in store.audit_log()].count("store_upgrade") == 1
+    store.close()
+
+
+def test_a_store_of_an_unknown_format_is_refused(tmp_path: Path) -> None:
+    Store.open(tmp_path / "s").close()
+    with lmdb.open(str(tmp_path / "s"), max_dbs=64) as env, env.begin(write=True) as txn:
+        txn.put(b"format", b"9", db=env.open_db(b"meta", txn=txn))
+    with pytest.raises(StoreError, match="store format b'9'"):
+        Store.open(tmp_path / "s")
