@@ -45,13 +45,32 @@ public_key = "{collector.verifier().key_string()}"
 
 
 def start_daemon(config_path: Path, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
-    """`verifierd run --config config_path`, its stderr piped, ``env`` added to ours."""
-    return subprocess.Popen(
-        [sys.executable, "-m", "verifierd.cli", "run", "--config", str(config_path)],
-        env={**os.environ, "PYTHONPATH": os.pathsep.join([os.getcwd(), "protos"]), **(env or {})},
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
+    """`verifierd run --config config_path`, ``env`` added to ours. Its stderr goes to
+    `daemon_log` (a pipe nobody reads while the test waits would fill and stop the
+    daemon at its next log line)."""
+    with daemon_log(config_path).open("ab") as log:
+        return subprocess.Popen(
+            [sys.executable, "-m", "verifierd.cli", "run", "--config", str(config_path)],
+            env={
+                **os.environ,
+                "PYTHONPATH": os.pathsep.join([os.getcwd(), "protos"]),
+                **(env or {}),
+            },
+            stdout=subprocess.DEVNULL,
+            stderr=log,
+        )
+
+
+def daemon_log(config_path: Path) -> Path:
+    """Where every daemon started on ``config_path`` writes its stderr (appended)."""
+    return config_path.with_name("verifierd-stderr.log")
+
+
+def stop_daemon(daemon: subprocess.Popen[bytes], config_path: Path) -> None:
+    """SIGTERM, and a clean exit within a minute (else the log's tail says why)."""
+    daemon.terminate()
+    daemon.wait(timeout=60)
+    assert daemon.returncode == 0, daemon_log(config_path).read_text(errors="replace")[-2000:]
 
 
 def stored_verdicts(store_dir: Path) -> int:

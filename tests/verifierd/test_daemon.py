@@ -24,7 +24,13 @@ from veritap.signing import Verifier
 from veritap.v1 import verifier_pb2
 
 from tests.verifierd.commitment_fixtures import commit, make_model_dir
-from tests.verifierd.daemon_process import start_daemon, stored_verdicts, wait_for, write_config
+from tests.verifierd.daemon_process import (
+    start_daemon,
+    stop_daemon,
+    stored_verdicts,
+    wait_for,
+    write_config,
+)
 from tests.verifierd.engine_doubles import FACTORY
 from tests.verifierd.record_fixtures import COLLECTOR, Exchange, ingest
 from verifierd.commitments import Commitment, DifrSettings
@@ -148,9 +154,7 @@ def finish(setup: Setup, env: dict[str, str], timeout: float) -> None:
     daemon = start_daemon(setup.config_path, env)
     try:
         wait_for(lambda: stored_verdicts(setup.store_dir) == setup.records, timeout, "all verdicts")
-        daemon.send_signal(signal.SIGTERM)
-        _, stderr = daemon.communicate(timeout=60)
-        assert daemon.returncode == 0, stderr.decode()[-2000:]
+        stop_daemon(daemon, setup.config_path)
     finally:
         daemon.kill()
 

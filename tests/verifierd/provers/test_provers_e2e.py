@@ -22,7 +22,13 @@ from veritap.signing import Verifier
 from veritap.v1 import verifier_pb2, verifier_pb2_grpc
 
 from tests.verifierd.commitment_fixtures import commit, make_model_dir
-from tests.verifierd.daemon_process import start_daemon, stored_verdicts, wait_for, write_config
+from tests.verifierd.daemon_process import (
+    start_daemon,
+    stop_daemon,
+    stored_verdicts,
+    wait_for,
+    write_config,
+)
 from tests.verifierd.engine_doubles import FACTORY
 from tests.verifierd.provers.prover_fixtures import COLLECTOR, ingest_from
 from tests.verifierd.record_fixtures import Exchange
@@ -112,9 +118,7 @@ def test_a_dishonest_prover_alarms_and_an_honest_one_never_does(tmp_path: Path) 
     try:
         wait_for(lambda: stored_verdicts(config.store_dir) == total, 300, "every verdict")
         found = provers(address)
-        daemon.send_signal(signal.SIGTERM)
-        _, stderr = daemon.communicate(timeout=60)
-        assert daemon.returncode == 0, stderr.decode()[-2000:]
+        stop_daemon(daemon, config_path)
     finally:
         daemon.kill()
 
