@@ -17,7 +17,11 @@ import json
 from veritap.v1 import record_pb2
 
 # The request field each dialect keeps in `prompt_json` (the rest is in params_json).
-PROMPT_KEYS = {"openai-chat": "messages", "openai-completions": "prompt"}
+PROMPT_KEYS = {
+    "openai-chat": "messages",
+    "openai-completions": "prompt",
+    "openai-responses": "input",
+}
 
 
 class RequestBodyError(ValueError):

@@ -290,13 +290,24 @@ async def test_head_status_health_and_reflection(served: Served) -> None:
     assert {"veritap.v1.LedgerService", "grpc.health.v1.Health"} <= set(services)
 
 
+async def _acknowledged(channel: grpc.aio.Channel, seq: int) -> None:
+    """Wait (bounded) until the server has read the subscriber's ack of ``seq``."""
+    stub: ledger_pb2_grpc.LedgerServiceAsyncStub = ledger_pb2_grpc.LedgerServiceStub(channel)
+    for _ in range(400):
+        status = await stub.GetStatus(ledger_pb2.GetStatusRequest())
+        if status.subscribers and status.subscribers[0].acked_seq >= seq:
+            return
+        await asyncio.sleep(0.025)
+    raise AssertionError(f"the server never read the ack of {seq}")
+
+
 async def test_log_prune_waits_for_every_configured_verifier(
     served: Served, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     async with grpc.aio.insecure_channel(served.address) as channel:
         sub = Subscriber(channel, _start(verifier_id="verifier-a", window=60))
         await sub.read_until(60)
-        await sub.read_one()  # the ack of 60 has been read
+        await _acknowledged(channel, 60)
         sub.call.cancel()
     await served.server.stop(0)  # writes the acknowledgement book
     served.log.close()
