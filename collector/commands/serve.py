@@ -28,6 +28,7 @@ from typing import Any
 from veritap.config_schema import ConfigError
 from veritap.tls import TlsConfigError, require_tls_off_loopback, split_host_port
 
+from appliance.command_line import EXIT_CONFIG
 from collector.config import load_config
 from collector.ledger.config import LedgerConfig
 from collector.ledger.errors import LedgerError
@@ -96,12 +97,16 @@ async def serve(log_dir: Path, origin: str, config: LedgerConfig, metrics_listen
 
 
 def run(args: argparse.Namespace) -> int:
+    """Serve the log; a configuration it refuses (the file, the TLS material) exits EXIT_CONFIG."""
     try:
         config = load_config(args.config)
         ledger = _ledger_config(config.ledger, args.listen)
         log_dir, origin = args.log or config.log.path, args.origin or config.origin
         asyncio.run(serve(log_dir, origin, ledger, config.metrics.listen))
-    except (ConfigError, TlsConfigError, LedgerError, LogError) as exc:
+    except (ConfigError, TlsConfigError) as exc:
+        sys.stderr.write(f"collector serve: {exc}\n")
+        return EXIT_CONFIG
+    except (LedgerError, LogError) as exc:
         sys.stderr.write(f"collector serve: {exc}\n")
         return 2
     return 0

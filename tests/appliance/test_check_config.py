@@ -91,6 +91,15 @@ def test_run_exits_with_the_config_error_code(
     assert "log.level" in capsys.readouterr().err
 
 
+def test_collector_serve_exits_with_the_config_error_code(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = tmp_path / "collector.toml"
+    bad.write_text("[ledger]\nlisten = 7\n")
+    assert collector_main(["serve", "--config", str(bad)]) == EXIT_CONFIG
+    assert "ledger.listen" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("daemon", sorted(MAINS))
 def test_the_schema_is_the_committed_one(daemon: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert MAINS[daemon](["check-config", "--schema"]) == 0
