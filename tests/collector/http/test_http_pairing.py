@@ -291,9 +291,12 @@ def test_losses_never_give_a_wrong_pair(
         exchanges = play(depth, n, losses, seed)
     got = outcome(exchanges)
     assert all(a == b for a, b in got.pairs), (got.pairs, losses)
-    seen_requests = {i for i in range(n) if losses.get(i) not in ("request", "both")}
-    recorded = [a for a, _ in got.pairs] + list(got.requests)
-    assert sorted(recorded) == sorted(seen_requests), "every request seen is one record"
+    seen_requests = [i for i in range(n) if losses.get(i) not in ("request", "both")]
+    seen_responses = [i for i in range(n) if losses.get(i) not in ("head", "response", "both")]
+    recorded = sorted(number(ex.request.body) for ex in exchanges if ex.request is not None)
+    assert recorded == seen_requests, "every request seen is one record"
+    answered = sorted(number(ex.response.body) for ex in exchanges if ex.response is not None)
+    assert answered == seen_responses, "every response seen whole is one record"
     if depth == 1 and len(losses) <= 1:
         whole = [i for i in range(n) if i not in losses]
         assert got.clean == [(i, i) for i in whole], "one at a time, every whole exchange pairs"
