@@ -40,7 +40,7 @@ max_body_bytes = 67108864
 response_skew_s = 0.1               # a response captured this much before its request still pairs
 max_sse_line_bytes = 4194304        # an SSE line longer than this drops its event (counted,
 max_sse_events = 1048576            # the record truncated), and so does every event past this
-dialects = ["openai-chat", "openai-completions", "openai-responses"]
+dialects = ["openai-chat", "openai-completions", "openai-responses", "anthropic-messages"]
 dialect_path_prefixes = [""]        # each dialect's paths are also matched under these
                                     # (a gateway's "/openai" serves /openai/v1/chat/...;
                                     # "": the server's own paths)

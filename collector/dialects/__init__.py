@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from collector.dialects.anthropic_messages import AnthropicMessages
 from collector.dialects.base import Dialect, Extraction
 from collector.dialects.openai_chat import OpenAIChat
 from collector.dialects.openai_completions import OpenAICompletions
@@ -19,7 +20,7 @@ from collector.dialects.openai_responses import OpenAIResponses
 from collector.dialects.targets import route_key, route_path
 
 DIALECTS: dict[str, Dialect] = {
-    d.name: d for d in (OpenAIChat(), OpenAICompletions(), OpenAIResponses())
+    d.name: d for d in (OpenAIChat(), OpenAICompletions(), OpenAIResponses(), AnthropicMessages())
 }
 
 

@@ -11,7 +11,8 @@ field (`instructions`, `tools`, `reasoning`, ...) is in `params_json`, and
   `reasoning` items (their `summary_text` parts when none has content); each
   `function_call` item is a tool call (its `call_id` as the id, `name`,
   `arguments`). `status` is the finish reason (`completed`, `incomplete`: a
-  claim, like chat's); `usage` has `input_tokens`, `output_tokens`, `total_tokens`.
+  claim, like chat's) and `incomplete_details.reason` (`max_output_tokens`)
+  the stop reason (JSON); `usage` has `input_tokens`, `output_tokens`, `total_tokens`.
 - Stream: events are read by their data's `type`, as the SDK reads them, and
   end where the SDK's stream does (`[DONE]`, a chunk whose `error` is truthy,
   data that is not JSON). The text is the `response.output_text.delta` deltas
@@ -22,7 +23,7 @@ field (`instructions`, `tools`, `reasoning`, ...) is in `params_json`, and
   `response.function_call_arguments.delta` events of its `output_index` (the
   SDK's `ResponseStreamState`, which raises on an index added twice or never
   added: such events are counted as a problem). `response.created` gives the
-  id; `response.completed`, `.incomplete` or `.failed` the status and usage; an
+  id; `response.completed`, `.incomplete` or `.failed` the status, its reason and usage; an
   `error` event the view's error. Where a terminal event carries the whole
   `output` and its text or tool calls differ from what the deltas built, the
   record says so: the prover showed the live stream and the final object
@@ -42,6 +43,7 @@ from collector.dialects.base import (
     fit_text,
     stream_data,
 )
+from collector.dialects.json_values import canonical_json
 from collector.dialects.tool_call_budget import ToolCallBudget
 from collector.http.messages import ResponseMessage
 
@@ -157,6 +159,13 @@ def _summary(response: dict[str, object], view: record_pb2.ApiView, problems: li
     return status if type(status) is str else ""
 
 
+def _incomplete_reason(response: dict[str, object]) -> str:
+    """`incomplete_details.reason` as JSON ("" when there is none)."""
+    details = response.get("incomplete_details")
+    reason = details.get("reason") if type(details) is dict else None
+    return canonical_json(reason) if type(reason) is str else ""
+
+
 class OpenAIResponses(Dialect):
     name = "openai-responses"
     paths = frozenset({"/v1/responses"})
@@ -178,7 +187,7 @@ class OpenAIResponses(Dialect):
         read = _Output(budget)
         for item in output:
             read.item(item)
-        choice = view.choices.add(index=0)
+        choice = view.choices.add(index=0, stop_reason_json=_incomplete_reason(document))
         choice.finish_reason = fit_text(_summary(document, view, problems), problems)
         read.fill(choice, problems)
 
@@ -209,6 +218,7 @@ class _StreamReader:
         self.added: set[int] = set()
         self.final: _Output | None = None
         self.status = ""
+        self.incomplete_reason = ""
         self.bad = 0
 
     def event(self, data: object) -> None:
@@ -251,7 +261,9 @@ class _StreamReader:
         if type(body) is not dict:
             self.bad += 1
             return
-        self.status = _summary(body, self.view, self.problems) or self.status
+        status = _summary(body, self.view, self.problems)
+        if status:
+            self.status, self.incomplete_reason = status, _incomplete_reason(body)
         output = body.get("output")
         if terminal and type(output) is list:
             self.final = _Output(ToolCallBudget())
@@ -260,7 +272,11 @@ class _StreamReader:
 
     def finish(self) -> None:
         problems = self.problems
-        choice = self.view.choices.add(index=0, finish_reason=fit_text(self.status, problems))
+        choice = self.view.choices.add(
+            index=0,
+            finish_reason=fit_text(self.status, problems),
+            stop_reason_json=self.incomplete_reason,
+        )
         streamed, final = self.streamed, self.final
         streamed.fill(choice, problems)
         if final is not None and (

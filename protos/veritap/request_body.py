@@ -21,6 +21,7 @@ PROMPT_KEYS = {
     "openai-chat": "messages",
     "openai-completions": "prompt",
     "openai-responses": "input",
+    "anthropic-messages": "messages",
 }
 
 

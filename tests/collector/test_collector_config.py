@@ -22,7 +22,12 @@ def test_every_setting_has_a_working_default(tmp_path: Path) -> None:
     assert config.capture == CollectorConfig().capture
     assert config.capture.filter == DEFAULT_FILTER
     assert config.capture.server_ports == (8000,)
-    assert config.http.dialects == ("openai-chat", "openai-completions", "openai-responses")
+    assert config.http.dialects == (
+        "openai-chat",
+        "openai-completions",
+        "openai-responses",
+        "anthropic-messages",
+    )
     assert config.origin.endswith("/veritap")
     limits = config.reassembly.limits(config.capture.server_ports)
     assert limits.gap_timeout_ns == 60_000_000_000 and limits.server_ports == frozenset({8000})

@@ -292,3 +292,16 @@ def test_any_events_or_document_give_one_bounded_record(
 def test_events_whose_type_is_not_a_string_are_counted() -> None:
     rec = one(request(True), events({"type": ["response.completed"]}, {"type": {"a": 1}}))
     assert "2 SSE event(s) are not events of this API" in rec.quality_reason
+
+
+def test_the_reason_of_an_incomplete_response_is_its_stop_reason() -> None:
+    body = response_object([MESSAGE], "incomplete")
+    body["incomplete_details"] = {"reason": "max_output_tokens"}
+    data = streamed_events([MESSAGE])
+    data[-1] = {"type": "response.completed", "response": body}
+    for streamed, response in ((False, document(body)), (True, events(*data))):
+        (choice,) = one(request(streamed), response).api.choices
+        assert (choice.finish_reason, choice.stop_reason_json) == (
+            "incomplete",
+            '"max_output_tokens"',
+        )

@@ -15,7 +15,8 @@ from tests.openai_traffic import Call, words
 from tests.pcapgen import Conversation, frame
 
 GATEWAY = DialectRegistry(
-    ["openai-chat", "openai-completions", "openai-responses"], ("", "/openai", "/gw/llm")
+    ["openai-chat", "openai-completions", "openai-responses", "anthropic-messages"],
+    ("", "/openai", "/gw/llm"),
 )
 
 
@@ -30,6 +31,8 @@ GATEWAY = DialectRegistry(
         ("/gw/llm/v1/completions", "openai-completions"),
         ("/openai/v1/responses", "openai-responses"),
         ("/v1/responses/", "openai-responses"),
+        ("/gw/llm/v1/messages", "anthropic-messages"),
+        ("/v1/messages/count_tokens", None),
         ("/gw/v1/completions", None),
         ("/openaiv1/chat/completions", None),
         ("/other/v1/chat/completions", None),
