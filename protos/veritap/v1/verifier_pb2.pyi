@@ -109,22 +109,30 @@ class DifrSettings(_message.Message):
     THRESHOLD_FIELD_NUMBER: _builtins.int
     DELTA_MAX_FIELD_NUMBER: _builtins.int
     SAMPLE_RATE_FIELD_NUMBER: _builtins.int
+    LOGPROBS_TOLERANCE_FIELD_NUMBER: _builtins.int
     threshold: _builtins.float
     delta_max: _builtins.float
     sample_rate: _builtins.float
     """Fraction of records selected for recomputation, 0..1."""
+    logprobs_tolerance: _builtins.float
+    """The largest deviation (nats, or logits in a logits mode) of a response's
+    stated logprobs from the verifier's that passes; absent: the default.
+    """
     def __init__(
         self,
         *,
         threshold: _builtins.float = ...,
         delta_max: _builtins.float = ...,
         sample_rate: _builtins.float = ...,
+        logprobs_tolerance: _builtins.float | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_logprobs_tolerance", b"_logprobs_tolerance", "logprobs_tolerance", b"logprobs_tolerance"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["delta_max", b"delta_max", "sample_rate", b"sample_rate", "threshold", b"threshold"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_logprobs_tolerance", b"_logprobs_tolerance", "delta_max", b"delta_max", "logprobs_tolerance", b"logprobs_tolerance", "sample_rate", b"sample_rate", "threshold", b"threshold"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__logprobs_tolerance: _TypeAlias = _typing.Literal["logprobs_tolerance"]  # noqa: Y015
+    _WhichOneofArgType__logprobs_tolerance: _TypeAlias = _typing.Literal["_logprobs_tolerance", b"_logprobs_tolerance"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__logprobs_tolerance) -> _WhichOneofReturnType__logprobs_tolerance | None: ...
 
 Global___DifrSettings: _TypeAlias = DifrSettings  # noqa: Y015
 
@@ -224,6 +232,7 @@ class Verdict(_message.Message):
     FOUND_TOKEN_IDS_FIELD_NUMBER: _builtins.int
     CHECKPOINT_TREE_SIZE_FIELD_NUMBER: _builtins.int
     CHECKPOINT_ROOT_HASH_FIELD_NUMBER: _builtins.int
+    LOGPROBS_DEVIATION_FIELD_NUMBER: _builtins.int
     record_id: _builtins.str
     origin: _builtins.str
     seq: _builtins.int
@@ -270,6 +279,11 @@ class Verdict(_message.Message):
     was judged (its tree size covers `seq`; the root is the signed Merkle root).
     """
     checkpoint_root_hash: _builtins.bytes
+    logprobs_deviation: _builtins.float
+    """When the response states logprobs: the largest deviation of the scored
+    choice's stated values from the verifier's (absent: none stated, or not
+    compared), judged against settings.logprobs_tolerance.
+    """
     @_builtins.property
     def settings(self) -> Global___DifrSettings: ...
     @_builtins.property
@@ -313,12 +327,15 @@ class Verdict(_message.Message):
         found_token_ids: _abc.Iterable[_builtins.int] | None = ...,
         checkpoint_tree_size: _builtins.int = ...,
         checkpoint_root_hash: _builtins.bytes = ...,
+        logprobs_deviation: _builtins.float | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["cost", b"cost", "settings", b"settings", "timings", b"timings"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_logprobs_deviation", b"_logprobs_deviation", "cost", b"cost", "logprobs_deviation", b"logprobs_deviation", "settings", b"settings", "timings", b"timings"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempts", b"attempts", "checkpoint_root_hash", b"checkpoint_root_hash", "checkpoint_tree_size", b"checkpoint_tree_size", "choice_index", b"choice_index", "commitment_id", b"commitment_id", "cost", b"cost", "decided_at_ns", b"decided_at_ns", "detail", b"detail", "engine", b"engine", "engine_version", b"engine_version", "entry_hash", b"entry_hash", "exact_matches", b"exact_matches", "found_token_ids", b"found_token_ids", "margins_f16", b"margins_f16", "model", b"model", "origin", b"origin", "out_of_mask", b"out_of_mask", "reason", b"reason", "record_id", b"record_id", "retokenized", b"retokenized", "sampler_profile", b"sampler_profile", "score", b"score", "seq", b"seq", "settings", b"settings", "status", b"status", "timings", b"timings", "token_count", b"token_count", "tokenization_restarts", b"tokenization_restarts"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_logprobs_deviation", b"_logprobs_deviation", "attempts", b"attempts", "checkpoint_root_hash", b"checkpoint_root_hash", "checkpoint_tree_size", b"checkpoint_tree_size", "choice_index", b"choice_index", "commitment_id", b"commitment_id", "cost", b"cost", "decided_at_ns", b"decided_at_ns", "detail", b"detail", "engine", b"engine", "engine_version", b"engine_version", "entry_hash", b"entry_hash", "exact_matches", b"exact_matches", "found_token_ids", b"found_token_ids", "logprobs_deviation", b"logprobs_deviation", "margins_f16", b"margins_f16", "model", b"model", "origin", b"origin", "out_of_mask", b"out_of_mask", "reason", b"reason", "record_id", b"record_id", "retokenized", b"retokenized", "sampler_profile", b"sampler_profile", "score", b"score", "seq", b"seq", "settings", b"settings", "status", b"status", "timings", b"timings", "token_count", b"token_count", "tokenization_restarts", b"tokenization_restarts"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__logprobs_deviation: _TypeAlias = _typing.Literal["logprobs_deviation"]  # noqa: Y015
+    _WhichOneofArgType__logprobs_deviation: _TypeAlias = _typing.Literal["_logprobs_deviation", b"_logprobs_deviation"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__logprobs_deviation) -> _WhichOneofReturnType__logprobs_deviation | None: ...
 
 Global___Verdict: _TypeAlias = Verdict  # noqa: Y015
 
@@ -632,6 +649,7 @@ class Commitment(_message.Message):
     TENSOR_PARALLEL_SIZE_FIELD_NUMBER: _builtins.int
     FILE_DIGESTS_FIELD_NUMBER: _builtins.int
     COMMITTED_SETTINGS_FIELD_NUMBER: _builtins.int
+    LOGPROBS_MODE_FIELD_NUMBER: _builtins.int
     commitment_id: _builtins.str
     dtype: _builtins.str
     max_model_len: _builtins.int
@@ -639,6 +657,8 @@ class Commitment(_message.Message):
     engine: _builtins.str
     engine_version: _builtins.str
     tensor_parallel_size: _builtins.int
+    logprobs_mode: _builtins.str
+    """vLLM's --logprobs-mode of the committed server."""
     @_builtins.property
     def served_model_names(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
     @_builtins.property
@@ -667,10 +687,11 @@ class Commitment(_message.Message):
         tensor_parallel_size: _builtins.int = ...,
         file_digests: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
         committed_settings: Global___DifrSettings | None = ...,
+        logprobs_mode: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["committed_settings", b"committed_settings", "settings", b"settings"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["commitment_id", b"commitment_id", "committed_settings", b"committed_settings", "dtype", b"dtype", "engine", b"engine", "engine_version", b"engine_version", "file_digests", b"file_digests", "max_model_len", b"max_model_len", "sampler_profile", b"sampler_profile", "served_model_names", b"served_model_names", "settings", b"settings", "tensor_parallel_size", b"tensor_parallel_size"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["commitment_id", b"commitment_id", "committed_settings", b"committed_settings", "dtype", b"dtype", "engine", b"engine", "engine_version", b"engine_version", "file_digests", b"file_digests", "logprobs_mode", b"logprobs_mode", "max_model_len", b"max_model_len", "sampler_profile", b"sampler_profile", "served_model_names", b"served_model_names", "settings", b"settings", "tensor_parallel_size", b"tensor_parallel_size"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
