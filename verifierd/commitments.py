@@ -6,6 +6,10 @@ A commitment names the exact bytes of the weights, tokenizer and config files
 settings. Its id is the SHA-256 of its canonical JSON form (sorted keys, no
 whitespace, UTF-8), so any change to any of these makes a different commitment.
 
+``serving`` (the server flags that change rendering and output parsing,
+verifierd.serving_flags) is written only when some flag differs from vLLM's
+default, so commitments of servers started without such flags keep their ids.
+
 The file on disk is the same JSON, indented, with the id added under
 ``commitment_id`` so people can read it; loading recomputes the id and refuses
 a file whose stored id does not match its content.
@@ -25,6 +29,7 @@ from typing import Any
 from veritap.v1 import verifier_pb2
 
 from verifierd.errors import VerifierdError
+from verifierd.serving_flags import VLLM_DEFAULTS, ServingFlags, ServingFlagsError
 
 FORMAT = "veritap.commitment/v1"
 
@@ -138,6 +143,8 @@ class Commitment:
     tensor_parallel_size: int
     difr: DifrSettings
     generation_defaults: GenerationDefaults = GenerationDefaults()
+    #: The server flags that change rendering and output parsing (absent: vLLM's defaults).
+    serving: ServingFlags = VLLM_DEFAULTS
 
     def __post_init__(self) -> None:
         if not self.served_model_names or not all(self.served_model_names):
@@ -201,7 +208,7 @@ class Commitment:
         )
 
     def _body(self) -> dict[str, Any]:
-        return {
+        body = {
             "format": FORMAT,
             "served_model_names": list(self.served_model_names),
             "files": {f.path: {"sha256": f.sha256, "size": f.size} for f in self.files},
@@ -219,6 +226,9 @@ class Commitment:
             },
             "generation_defaults": self.generation_defaults.to_json(),
         }
+        if not self.serving.is_default:
+            body["serving"] = self.serving.to_json()
+        return body
 
 
 def _canonical(obj: object) -> bytes:
@@ -299,6 +309,7 @@ def commit_model_dir(
     tensor_parallel_size: int = 1,
     difr: DifrSettings = DEFAULT_DIFR,
     generation_config: str = "auto",
+    serving: ServingFlags = VLLM_DEFAULTS,
 ) -> Commitment:
     """Build the commitment for a model directory, hashing every committed file.
 
@@ -338,6 +349,7 @@ def commit_model_dir(
         tensor_parallel_size=tensor_parallel_size,
         difr=difr,
         generation_defaults=defaults,
+        serving=serving,
     )
 
 
@@ -381,8 +393,9 @@ def _from_body(data: Mapping[str, Any]) -> Commitment:
         "difr",
         "generation_defaults",
     }
-    if set(data) != expected:
-        extra, missing = set(data) - expected, expected - set(data)
+    optional = {"serving"}
+    if set(data) - optional != expected:
+        extra, missing = set(data) - expected - optional, expected - set(data)
         raise CommitmentError(f"unexpected keys {sorted(extra)}, missing {sorted(missing)}")
     files = tuple(
         FileDigest(path=path, sha256=_typed(v["sha256"], str), size=_typed(v["size"], int))
@@ -408,7 +421,17 @@ def _from_body(data: Mapping[str, Any]) -> Commitment:
             sample_rate=float(_typed(difr["sample_rate"], (int, float))),
         ),
         generation_defaults=GenerationDefaults.from_json(defaults),
+        serving=_serving(data.get("serving")),
     )
+
+
+def _serving(data: Any) -> ServingFlags:
+    if data is None:
+        return VLLM_DEFAULTS
+    try:
+        return ServingFlags.from_json(data)
+    except ServingFlagsError as exc:
+        raise CommitmentError(str(exc)) from exc
 
 
 def _typed(value: Any, kind: type | tuple[type, ...]) -> Any:

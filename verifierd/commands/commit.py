@@ -2,7 +2,9 @@
 
 Hashes every model file (weights shards, tokenizer, configs), records the chat
 template, dtype, max_model_len, sampler profile, engine and version, tensor-parallel
-size, the DiFR settings and the sampling defaults the prover's vLLM applies. Prints
+size, the DiFR settings, the sampling defaults the prover's vLLM applies and the
+server flags that change how requests render and outputs parse (--chat-template,
+--tool-call-parser, --reasoning-parser, ...: pass the prover's own). Prints
 the commitment (or writes it with -o) and, with --install, copies the files into the
 weights cache under their content address.
 """
@@ -11,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.metadata
+import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -24,6 +27,7 @@ from verifierd.commitments import (
 )
 from verifierd.config import load_config
 from verifierd.errors import VerifierdError
+from verifierd.serving_flags import CONTENT_FORMATS, ServingFlags, ServingFlagsError
 from verifierd.weights_cache import WeightsCache
 
 
@@ -66,6 +70,7 @@ def register(subparsers: Any) -> None:
         default="auto",
         help="the prover's --generation-config (auto: defaults from generation_config.json)",
     )
+    _serving_arguments(parser)
     parser.add_argument("--threshold", type=float, default=DEFAULT_DIFR.threshold)
     parser.add_argument("--delta-max", type=float, default=DEFAULT_DIFR.delta_max)
     parser.add_argument("--sample-rate", type=float, default=DEFAULT_DIFR.sample_rate)
@@ -77,6 +82,35 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument("--config", type=Path, help="verifierd TOML file (for --install)")
     parser.set_defaults(func=run)
+
+
+def _serving_arguments(parser: argparse.ArgumentParser) -> None:
+    """The prover's vLLM server flags that change rendering and output parsing,
+    spelled as vLLM spells them (verifierd.serving_flags)."""
+    group = parser.add_argument_group("the prover's vLLM serving flags")
+    group.add_argument("--chat-template", help="a template file, or the template itself")
+    group.add_argument("--chat-template-content-format", choices=CONTENT_FORMATS, default="auto")
+    group.add_argument("--default-chat-template-kwargs", type=json.loads, metavar="JSON")
+    group.add_argument("--enable-auto-tool-choice", action="store_true")
+    group.add_argument("--tool-call-parser")
+    group.add_argument("--reasoning-parser")
+
+
+def _serving_flags(args: argparse.Namespace) -> ServingFlags:
+    template = args.chat_template
+    if template is not None and Path(template).is_file():
+        template = Path(template).read_text(encoding="utf-8")
+    kwargs = args.default_chat_template_kwargs
+    if kwargs is not None and not isinstance(kwargs, dict):
+        raise ServingFlagsError("--default-chat-template-kwargs must be a JSON object")
+    return ServingFlags.of(
+        chat_template=template,
+        chat_template_content_format=args.chat_template_content_format,
+        default_chat_template_kwargs=kwargs,
+        enable_auto_tool_choice=args.enable_auto_tool_choice,
+        tool_call_parser=args.tool_call_parser,
+        reasoning_parser=args.reasoning_parser,
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -98,6 +132,7 @@ def run(args: argparse.Namespace) -> int:
             tensor_parallel_size=args.tensor_parallel_size,
             difr=DifrSettings(args.threshold, args.delta_max, args.sample_rate),
             generation_config=args.generation_config,
+            serving=_serving_flags(args),
         )
         if args.output is None:
             sys.stdout.write(commitment.to_json())

@@ -1,0 +1,128 @@
+"""The prover's vLLM server flags that change how a chat request renders or its output reads.
+
+vLLM's OpenAI server renders a chat request with its ``--chat-template`` (else
+the tokenizer's), ``--chat-template-content-format`` and
+``--default-chat-template-kwargs``, and turns the model's raw output into what
+the client reads with ``--reasoning-parser`` (reasoning split off) and, under
+``--enable-auto-tool-choice``, ``--tool-call-parser`` (tool calls pulled out
+of the content). The verifier needs the same flags to rebuild the prompt and
+the raw output, so a commitment carries them (`verifierd.commitments`); a
+commitment written before they existed carries vLLM's defaults.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from verifierd.errors import VerifierdError
+
+#: vLLM's choices for --chat-template-content-format.
+CONTENT_FORMATS = ("auto", "string", "openai")
+
+
+class ServingFlagsError(VerifierdError):
+    """Serving flags that vLLM would refuse, or a malformed commitment entry."""
+
+
+@dataclass(frozen=True)
+class ServingFlags:
+    """The flags, each named after its vLLM option; the defaults are vLLM's."""
+
+    #: The text of --chat-template (None: the committed tokenizer's own template).
+    chat_template: str | None = None
+    chat_template_content_format: str = "auto"
+    #: --default-chat-template-kwargs as canonical JSON of an object.
+    default_chat_template_kwargs: str = "{}"
+    enable_auto_tool_choice: bool = False
+    tool_call_parser: str | None = None
+    reasoning_parser: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.chat_template_content_format not in CONTENT_FORMATS:
+            raise ServingFlagsError(
+                f"chat_template_content_format must be one of {CONTENT_FORMATS}: "
+                f"{self.chat_template_content_format!r}"
+            )
+        try:
+            kwargs = json.loads(self.default_chat_template_kwargs)
+        except ValueError as exc:
+            raise ServingFlagsError(f"default_chat_template_kwargs is not JSON: {exc}") from exc
+        if not isinstance(kwargs, dict):
+            raise ServingFlagsError("default_chat_template_kwargs must be a JSON object")
+        if self.enable_auto_tool_choice and not self.tool_call_parser:
+            # vLLM refuses to start with one and not the other.
+            raise ServingFlagsError("enable_auto_tool_choice needs a tool_call_parser")
+        if "" in (self.tool_call_parser, self.reasoning_parser, self.chat_template):
+            raise ServingFlagsError("a parser name or chat template must not be empty")
+
+    @classmethod
+    def of(
+        cls,
+        *,
+        chat_template: str | None = None,
+        chat_template_content_format: str = "auto",
+        default_chat_template_kwargs: Mapping[str, Any] | None = None,
+        enable_auto_tool_choice: bool = False,
+        tool_call_parser: str | None = None,
+        reasoning_parser: str | None = None,
+    ) -> ServingFlags:
+        """The flags with the chat template kwargs given as a mapping."""
+        return cls(
+            chat_template=chat_template,
+            chat_template_content_format=chat_template_content_format,
+            default_chat_template_kwargs=_canonical(dict(default_chat_template_kwargs or {})),
+            enable_auto_tool_choice=enable_auto_tool_choice,
+            tool_call_parser=tool_call_parser,
+            reasoning_parser=reasoning_parser,
+        )
+
+    @property
+    def chat_template_kwargs(self) -> dict[str, Any]:
+        kwargs: dict[str, Any] = json.loads(self.default_chat_template_kwargs)
+        return kwargs
+
+    @property
+    def is_default(self) -> bool:
+        return self == VLLM_DEFAULTS
+
+    def to_json(self) -> dict[str, Any]:
+        """The commitment entry: only the flags that differ from vLLM's defaults."""
+        out: dict[str, Any] = {
+            name: value
+            for name, value in self.__dict__.items()
+            if value != getattr(VLLM_DEFAULTS, name)
+        }
+        if "default_chat_template_kwargs" in out:
+            out["default_chat_template_kwargs"] = self.chat_template_kwargs
+        return out
+
+    @classmethod
+    def from_json(cls, data: object) -> ServingFlags:
+        if not isinstance(data, dict):
+            raise ServingFlagsError("serving must be a JSON object")
+        unknown = set(data) - set(cls().__dict__)
+        if unknown:
+            raise ServingFlagsError(f"serving: unknown flags {sorted(unknown)}")
+        kinds: dict[str, type | tuple[type, ...]] = {
+            "chat_template": str,
+            "chat_template_content_format": str,
+            "default_chat_template_kwargs": dict,
+            "enable_auto_tool_choice": bool,
+            "tool_call_parser": str,
+            "reasoning_parser": str,
+        }
+        for name, value in data.items():
+            if not isinstance(value, kinds[name]):
+                raise ServingFlagsError(f"serving.{name}: unexpected value {value!r}")
+        return cls.of(**data)
+
+
+#: What a server started without any of these flags applies.
+VLLM_DEFAULTS = ServingFlags()
+
+
+def _canonical(obj: object) -> str:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
