@@ -5,6 +5,8 @@ socket and decides what to do with the records); it never dies on a bad
 packet: an exception while handling one frame is counted in
 `internal_errors`, logged, and the next frame goes on. An exchange whose record
 cannot be built is counted there too, and still becomes a (parse_error) record.
+A differing copy of bytes whose record was already written becomes an amendment
+record (`RecordBuilder.amendment`), logged as a warning with the ids it names.
 `LogWriter` is the thin shell that moves records into the log's group commit
 from its own thread.
 """
@@ -24,7 +26,7 @@ from collector.capture.decode import DecodeStats, FrameDecoder
 from collector.config import CollectorConfig
 from collector.dialects import DialectRegistry
 from collector.http.exchange import Connection, HttpStats
-from collector.http.messages import Exchange
+from collector.http.messages import Exchange, LateAmbiguity
 from collector.metrics import CollectorMetrics
 from collector.records import RecordBuilder
 from collector.tcp_reassembly import FlowInfo, Reassembler, ReassemblyStats
@@ -105,11 +107,26 @@ class CapturePipeline:
 
     def _connection(self, flow: FlowInfo) -> Connection:
         return Connection(
-            flow, self._http_limits, self._dialects.records, self._exchange, self.http_stats
+            flow,
+            self._http_limits,
+            self._dialects.records,
+            self._exchange,
+            self.http_stats,
+            late=self._late_ambiguity,
         )
 
-    def _exchange(self, exchange: Exchange) -> None:
-        self._sink(self._builder.build(exchange))
+    def _exchange(self, exchange: Exchange) -> str:
+        record = self._builder.build(exchange)
+        self._sink(record)
+        return record.record_id
+
+    def _late_ambiguity(self, late: LateAmbiguity) -> None:
+        record = self._builder.amendment(late)
+        logger.warning(
+            "bytes already recorded arrived in another version: amendment record written",
+            extra={"amendment": record.record_id, "records": ",".join(late.record_ids)},
+        )
+        self._sink(record)
 
     def frame(self, ts_ns: int, linktype: int, data: bytes, vlans: tuple[int, ...] = ()) -> None:
         """Handle one captured frame."""

@@ -8,6 +8,10 @@ whole (a JSON error in a truncated body is the truncation's consequence).
 Whatever the bodies hold, every exchange becomes exactly one record: an
 extractor that fails makes a parse_error record, and so does a record whose
 building fails (counted in `RecordStats.failed`), never a lost exchange.
+A differing copy of bytes already recorded cannot change their record (the log is
+append-only): it becomes an *amendment*, an ambiguous record of its own with the
+flow, the range and the hash of each version, whose reason names the records that
+hold those bytes ("late ambiguity: ... of record <id> ...").
 Credentials (Authorization, Cookie, API-key headers) are never recorded.
 How much of the bodies a record stores is decided in `record_bounds`.
 """
@@ -30,6 +34,7 @@ from collector.http.messages import BodyGap as HttpBodyGap
 from collector.http.messages import (
     Exchange,
     Headers,
+    LateAmbiguity,
     ProblemKind,
     RequestMessage,
     ResponseMessage,
@@ -41,7 +46,7 @@ from collector.record_bounds import (
     skeleton,
     stored_body,
 )
-from collector.tcp_reassembly import CLIENT_TO_SERVER
+from collector.tcp_reassembly import CLIENT_TO_SERVER, FlowInfo, StreamAmbiguity
 
 logger = logging.getLogger(__name__)
 
@@ -112,15 +117,32 @@ class RecordBuilder:
         self.stats.by_quality[quality_name(record.quality)] += 1
         return record
 
+    def amendment(self, late: LateAmbiguity) -> record_pb2.InferenceRecord:
+        """The ambiguous record that reports `late` about the records it names."""
+        record = record_pb2.InferenceRecord(
+            record_id=str(ULID()), origin=self.origin, quality=Q.CAPTURE_QUALITY_AMBIGUOUS
+        )
+        _fill_flow(record.flow, late.flow)
+        ambiguity = late.ambiguity
+        _add_ambiguity(record.ambiguities, ambiguity)
+        side = "request" if ambiguity.direction == CLIENT_TO_SERVER else "response"
+        held = (
+            f"record {', '.join(late.record_ids)}"
+            if late.record_ids
+            else "a record of this flow written earlier"
+        )
+        record.quality_reason = (
+            f"late ambiguity: {side} stream bytes {ambiguity.start}..{ambiguity.end} of "
+            f"{held} arrived in {len(ambiguity.variants)} versions after it was written; "
+            "it holds the first"
+        )[:SKELETON_TEXT_CHARS]
+        self.stats.records += 1
+        self.stats.by_quality[quality_name(record.quality)] += 1
+        return record
+
     def _build(self, record_id: str, exchange: Exchange) -> record_pb2.InferenceRecord:
         record = record_pb2.InferenceRecord(record_id=record_id, origin=self.origin)
-        flow = exchange.flow
-        record.flow.ip_version = flow.ip_version
-        record.flow.client_address = ipaddress.ip_address(flow.client_ip).compressed
-        record.flow.client_port = flow.client_port
-        record.flow.server_address = ipaddress.ip_address(flow.server_ip).compressed
-        record.flow.server_port = flow.server_port
-        record.flow.vlan_ids.extend(flow.vlans)
+        _fill_flow(record.flow, exchange.flow)
         found: list[tuple[int, str]] = []
         request, response = exchange.request, exchange.response
         dialect = None
@@ -183,6 +205,26 @@ def _unbuilt(
     return record
 
 
+def _fill_flow(into: record_pb2.Flow, flow: FlowInfo) -> None:
+    into.ip_version = flow.ip_version
+    into.client_address = ipaddress.ip_address(flow.client_ip).compressed
+    into.client_port = flow.client_port
+    into.server_address = ipaddress.ip_address(flow.server_ip).compressed
+    into.server_port = flow.server_port
+    into.vlan_ids.extend(flow.vlans)
+
+
+def _add_ambiguity(
+    into: RepeatedCompositeFieldContainer[record_pb2.StreamAmbiguity], ambiguity: StreamAmbiguity
+) -> None:
+    into.add(
+        from_client=ambiguity.direction == CLIENT_TO_SERVER,
+        stream_offset=ambiguity.start,
+        length=ambiguity.end - ambiguity.start,
+        variant_sha256=ambiguity.variants,
+    )
+
+
 def _ambiguities(
     into: RepeatedCompositeFieldContainer[record_pb2.StreamAmbiguity],
     request: RequestMessage | None,
@@ -192,12 +234,7 @@ def _ambiguities(
     found: list[tuple[int, str]] = []
     for side, message in (("request", request), ("response", response)):
         for ambiguity in message.ambiguities if message is not None else ():
-            into.add(
-                from_client=ambiguity.direction == CLIENT_TO_SERVER,
-                stream_offset=ambiguity.start,
-                length=ambiguity.end - ambiguity.start,
-                variant_sha256=ambiguity.variants,
-            )
+            _add_ambiguity(into, ambiguity)
             found.append(
                 (
                     Q.CAPTURE_QUALITY_AMBIGUOUS,

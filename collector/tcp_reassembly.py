@@ -94,9 +94,10 @@ What the tap cannot see: a prover that forges the *client's* packets too
 when copies reach the tap in another order than the client (reordering
 between tap and client), the tap keeps the first it saw and reports the
 difference as ambiguity; a differing copy that arrives only after the HTTP
-layer emitted the record of the message it belongs to is still counted
-(`overlap_conflicts`, and `late_ambiguities` in the HTTP layer) but can no
-longer mark that record (nor any other: it marks the messages it overlaps).
+layer emitted the record of the message it belongs to is counted
+(`overlap_conflicts`, and `late_ambiguities` in the HTTP layer) and can no
+longer change that record (nor mark any other): it becomes an amendment record
+naming it (see `collector.http.exchange` and `collector.records`).
 """
 
 from __future__ import annotations

@@ -53,8 +53,12 @@ in lists bisected by time, so each decision costs O(log n).
 Ambiguous byte ranges (`on_ambiguous`: copies that differ) mark the messages
 that hold them, by stream offset: a message in progress or not begun when its
 bytes arrive, and a finished one whose exchange is not emitted yet (a request
-waiting for its answer). A range inside messages already emitted is counted
-(`late_ambiguities`) and marks no other message.
+waiting for its answer). A range inside messages already emitted cannot change
+their records (the log is append-only): it is counted (`late_ambiguities`), marks no
+other message, and goes to the connection's `late` sink as a `LateAmbiguity` naming the
+records that hold those bytes (the sink returns each record's id; the connection
+remembers the spans of its last `WRITTEN_KEPT` messages per direction). A range only in
+exchanges not recorded (unknown paths) is counted alone.
 
 Known limit: "one at a time" is an assumption. A client that pipelines while
 the messages that would show it are lost, and loses as many more responses as
@@ -75,7 +79,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TypeVar
 
-from collector.http.messages import Exchange, Problem, ProblemKind, RequestMessage, ResponseMessage
+from collector.http.messages import (
+    Exchange,
+    LateAmbiguity,
+    Problem,
+    ProblemKind,
+    RequestMessage,
+    ResponseMessage,
+)
 from collector.http.reader import (
     HttpLimits,
     MessageReader,
@@ -90,13 +101,20 @@ _Message = TypeVar("_Message", RequestMessage, ResponseMessage)
 
 # Whether an exchange for (method, target) is recorded.
 PathFilter = Callable[[str, str], bool]
-ExchangeSink = Callable[[Exchange], None]
+# Takes an exchange; returns the id of its record (None: the sink does not say).
+ExchangeSink = Callable[[Exchange], str | None]
+LateSink = Callable[[LateAmbiguity], None]
 
 # The shortest start line and blank line of any message ("HTTP/1.1 200\r\n\r\n"): bytes lost
 # at a message boundary hold at least one message only when there are this many.
 MIN_MESSAGE_BYTES = 16
 # The start of a connection: the position before its first request.
 _START = -1
+#: Emitted messages per direction whose stream spans and record ids are remembered, for a
+#: late differing copy to name the record that holds its bytes.
+WRITTEN_KEPT = 16
+# What is remembered of a message not recorded (an exchange on an unknown path).
+_NOT_RECORDED = None
 
 
 class Loss(enum.IntEnum):
@@ -182,10 +200,13 @@ class Connection(RequestListener, ResponseListener):
         recorded: PathFilter,
         sink: ExchangeSink,
         stats: HttpStats,
+        *,
+        late: LateSink | None = None,
     ) -> None:
         self.flow = flow
         self._recorded = recorded
         self._sink = sink
+        self._late = late
         self._stats = stats
         self._skew = limits.response_skew_ns
         self.client = RequestReader(limits, self)
@@ -227,6 +248,12 @@ class Connection(RequestListener, ResponseListener):
         self._piece_start = [0, 0]
         self._open_from = [0, 0]
         self._server_lost = False
+        # Per direction, (stream start, end, record id: "" unknown, None not recorded) of
+        # the latest emitted messages.
+        self._written: tuple[deque[tuple[int, int, str | None]], ...] = (
+            deque(maxlen=WRITTEN_KEPT),
+            deque(maxlen=WRITTEN_KEPT),
+        )
         stats.connections += 1
 
     # -- StreamHandler -----------------------------------------------------
@@ -277,10 +304,10 @@ class Connection(RequestListener, ResponseListener):
     def on_ambiguous(self, ambiguity: StreamAmbiguity, ts_ns: int) -> None:
         """Mark the messages that hold the range: finished ones whose records are not
         emitted yet now, the one in progress (and later ones) when they finish. A range
-        inside messages already emitted is counted (`late_ambiguities`), marking nothing."""
+        inside messages already emitted is counted (`late_ambiguities`) and reported."""
         open_from = self._open_from[ambiguity.direction]
         if ambiguity.start < open_from and not self._mark_finished(ambiguity):
-            self._stats.late_ambiguities += 1
+            self._late_ambiguity(ambiguity)
         if ambiguity.end > open_from:
             self._ambiguous[ambiguity.direction].append(ambiguity)
 
@@ -303,6 +330,21 @@ class Connection(RequestListener, ResponseListener):
             self._first += 1
             self._emit_unanswered(self._first - 1, reason)
         self._stats.skipped_bytes += self.client.skipped_bytes + self.server.skipped_bytes
+
+    def _late_ambiguity(self, ambiguity: StreamAmbiguity) -> None:
+        """Bytes of messages already emitted arrived in another version: count it, and
+        report it with the ids of the records that hold them."""
+        self._stats.late_ambiguities += 1
+        held = [
+            record_id
+            for start, end, record_id in self._written[ambiguity.direction]
+            if ambiguity.start < end and ambiguity.end > start
+        ]
+        if held and all(record_id is _NOT_RECORDED for record_id in held):
+            return
+        if self._late is not None:
+            ids = tuple(record_id for record_id in held if record_id)
+            self._late(LateAmbiguity(self.flow, ambiguity, ids))
 
     # -- reader listeners --------------------------------------------------
 
@@ -641,7 +683,8 @@ class Connection(RequestListener, ResponseListener):
 
     def _emit_response_alone(self, response: ResponseMessage, problem: Problem) -> None:
         self._stats.exchanges += 1
-        self._sink(Exchange(self.flow, None, response, (problem,)))
+        record_id = self._sink(Exchange(self.flow, None, response, (problem,))) or ""
+        self._written[SERVER_TO_CLIENT].append((*response.stream_span, record_id))
 
     def _flush(self) -> None:
         """Emit requests in order while each is whole and answered or past all answers."""
@@ -690,8 +733,16 @@ class Connection(RequestListener, ResponseListener):
         self._emit(slot, (problem,))
 
     def _emit(self, slot: _Slot, problems: tuple[Problem, ...]) -> None:
+        record_id: str | None = _NOT_RECORDED
         if not slot.keep:
             self._stats.not_recorded += 1
-            return
-        self._stats.exchanges += 1
-        self._sink(Exchange(self.flow, slot.request, slot.response, problems))
+        else:
+            self._stats.exchanges += 1
+            record_id = self._sink(Exchange(self.flow, slot.request, slot.response, problems))
+            record_id = record_id or ""
+        for direction, message in (
+            (CLIENT_TO_SERVER, slot.request),
+            (SERVER_TO_CLIENT, slot.response),
+        ):
+            if message is not None:
+                self._written[direction].append((*message.stream_span, record_id))

@@ -103,3 +103,17 @@ class Exchange:
     request: RequestMessage | None
     response: ResponseMessage | None
     problems: tuple[Problem, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class LateAmbiguity:
+    """A differing copy of bytes whose records were already written.
+
+    Records are append-only: those records keep the first version, and this is reported
+    on its own (the pipeline writes an amendment record naming them)."""
+
+    flow: FlowInfo
+    ambiguity: StreamAmbiguity
+    #: The ids of the records that hold the bytes, oldest first; empty when the messages
+    #: holding them are older than the ones each connection remembers (`WRITTEN_KEPT`).
+    record_ids: tuple[str, ...]

@@ -248,14 +248,54 @@ def test_a_late_differing_copy_of_a_request_marks_that_request_not_the_next() ->
     assert two.quality == record_pb2.CAPTURE_QUALITY_COMPLETE and not two.ambiguities
 
 
-def test_a_differing_copy_after_its_record_was_emitted_marks_no_other_record() -> None:
+def _late_copy_of_a_written_answer() -> tuple[Conversation, list[Packet], Packet, Packet]:
+    """Two keep-alive exchanges; a differing copy of the first answer's segment arrives
+    with the second request, after the first record was written. Also returns the
+    answer's segment and its copy."""
     first, second = chat("first", 30), chat("second", 30)
     conv = Conversation().handshake()
     conv.send(CLIENT, first.request())
-    answer = conv.send(SERVER, first.response())
+    (answer,) = conv.send(SERVER, first.response())
     (request,) = conv.send(CLIENT, second.request())
     conv.send(SERVER, second.response())
     conv.close()
-    late = replace(forged(answer[0]), ts=request.ts + 0.00001)
-    records = _records_of(conv, [*conv.packets, late], late=1)
-    assert [r.quality for r in records] == [record_pb2.CAPTURE_QUALITY_COMPLETE] * 2
+    late = replace(forged(answer), ts=request.ts + 0.00001)
+    return conv, sorted([*conv.packets, late], key=lambda p: p.ts), answer, late
+
+
+def test_a_differing_copy_after_its_record_was_written_is_an_amendment_naming_it() -> None:
+    conv, packets, answer, late = _late_copy_of_a_written_answer()
+    one, amendment, two = _records_of(conv, packets, late=1)
+    assert one.quality == two.quality == record_pb2.CAPTURE_QUALITY_COMPLETE
+    assert amendment.quality == record_pb2.CAPTURE_QUALITY_AMBIGUOUS
+    assert f"of record {one.record_id} arrived in 2 versions" in amendment.quality_reason
+    assert not amendment.HasField("request") and not amendment.HasField("response")
+    assert amendment.flow == one.flow
+    (ambiguity,) = amendment.ambiguities
+    assert not ambiguity.from_client
+    assert (ambiguity.stream_offset, ambiguity.length) == (0, len(answer.payload))
+    assert list(ambiguity.variant_sha256) == [
+        hashlib.sha256(answer.payload).digest(),
+        hashlib.sha256(late.payload).digest(),
+    ]
+
+
+def test_a_late_differing_copy_is_visible_in_the_replay_summary_and_the_exported_log(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    conv, packets, answer, _late = _late_copy_of_a_written_answer()
+    pcap = write_frames(tmp_path / "late.pcap", [(p.ts, frame(conv, p)) for p in packets])
+    log = tmp_path / "log"
+    assert main(["replay", str(pcap), "--log", str(log), "--origin", "test.local/c"]) == 0
+    summary = capsys.readouterr().out
+    assert "conflicting overlaps 1 (1 after their record)" in summary
+    assert "records         3 (ambiguous 1, complete 2)" in summary
+    assert main(["log", "export", str(log), "--format", "jsonl"]) == 0
+    records = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    amended, amendment, _second = records
+    assert amended["quality"] == "complete"
+    assert amendment["quality"] == "ambiguous"
+    assert f"late ambiguity: response stream bytes 0..{len(answer.payload)} of record " in str(
+        amendment["quality_reason"]
+    )
+    assert str(amended["record_id"]) in str(amendment["quality_reason"])

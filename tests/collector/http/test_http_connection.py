@@ -15,7 +15,7 @@ from veritap.config_schema import ConfigError
 
 from collector.config import load_config
 from collector.http.exchange import Connection, HttpStats
-from collector.http.messages import Exchange, ProblemKind
+from collector.http.messages import Exchange, LateAmbiguity, ProblemKind
 from collector.http.reader import HttpLimits
 from collector.tcp_reassembly import CLIENT_TO_SERVER, SERVER_TO_CLIENT, FlowInfo, StreamAmbiguity
 from tests.cpu_bound import budget, cpu_bound
@@ -517,6 +517,41 @@ def test_an_ambiguity_marks_the_messages_whose_bytes_it_covers() -> None:
     assert first.response is not None and second.response is not None
     assert first.response.ambiguities == second.response.ambiguities == ()
     assert h.stats.late_ambiguities == 1
+
+
+def test_a_late_ambiguity_names_the_records_that_hold_its_bytes() -> None:
+    """Records are written once: a differing copy of bytes already in one is reported on
+    its own with that record's id (the sink's answer); one inside an exchange that is not
+    recorded (an unknown path) is only counted."""
+    late: list[LateAmbiguity] = []
+    ids: list[str] = []
+
+    def sink(exchange: Exchange) -> str:
+        ids.append(f"record-{len(ids)}")
+        return ids[-1]
+
+    stats = HttpStats()
+    conn = Connection(
+        FLOW, HttpLimits(), lambda m, t: t != "/health", sink, stats, late=late.append
+    )
+    conn.on_start(C, False, 0)
+    conn.on_start(S, False, 0)
+    first, health, third = req(b'{"n": 1}'), req(path="/health"), req(b'{"n": 3}')
+    answers = [resp(b"1"), resp(b"2"), resp(b"3")]
+    for ts, (request, answer) in enumerate(zip([first, health, third], answers, strict=True)):
+        conn.on_data(C, request, 10 * ts + 1)
+        conn.on_data(S, answer, 10 * ts + 2)
+    assert ids == ["record-0", "record-1"]
+    in_first = StreamAmbiguity(S, 3, 9, (b"a", b"b"))
+    in_health = StreamAmbiguity(C, len(first) + 2, len(first) + 4, (b"c", b"d"))
+    across = StreamAmbiguity(C, len(first) - 2, len(first) + len(health) + 2, (b"e", b"f"))
+    for ambiguity in (in_first, in_health, across):
+        conn.on_ambiguous(ambiguity, 40)
+    assert stats.late_ambiguities == 3
+    assert late == [
+        LateAmbiguity(FLOW, in_first, ("record-0",)),
+        LateAmbiguity(FLOW, across, ("record-0", "record-1")),
+    ]
 
 
 def _traffic() -> tuple[bytes, bytes]:
