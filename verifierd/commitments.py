@@ -32,6 +32,8 @@ from verifierd.errors import VerifierdError
 from verifierd.serving_flags import VLLM_DEFAULTS, ServingFlags, ServingFlagsError
 
 FORMAT = "veritap.commitment/v1"
+#: vLLM's --logprobs-mode choices (the first is its default).
+LOGPROBS_MODES = ("raw_logprobs", "raw_logits", "processed_logprobs", "processed_logits")
 
 #: Files in a model directory that are documentation, not model: never committed.
 _IGNORED = re.compile(r"(?i)^(readme.*|license.*|notice.*|.*\.md|\.gitattributes)$")
@@ -51,6 +53,9 @@ class DifrSettings:
     delta_max: float
     #: Fraction of records recomputed (the others get SKIPPED), 0..1.
     sample_rate: float
+    #: The largest deviation of a response's stated logprobs from the verifier's
+    #: that passes (verifierd.evidence.logprobs); `verifierd calibrate` measures it.
+    logprobs_tolerance: float = 0.25
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.threshold) and self.threshold >= 0):
@@ -59,15 +64,45 @@ class DifrSettings:
             raise CommitmentError(f"difr.delta_max must be finite and > 0: {self.delta_max}")
         if not 0.0 <= self.sample_rate <= 1.0:
             raise CommitmentError(f"difr.sample_rate must be in [0, 1]: {self.sample_rate}")
+        if not (math.isfinite(self.logprobs_tolerance) and self.logprobs_tolerance >= 0):
+            raise CommitmentError(
+                f"difr.logprobs_tolerance must be finite and >= 0: {self.logprobs_tolerance}"
+            )
 
     def to_proto(self) -> verifier_pb2.DifrSettings:
         return verifier_pb2.DifrSettings(
-            threshold=self.threshold, delta_max=self.delta_max, sample_rate=self.sample_rate
+            threshold=self.threshold,
+            delta_max=self.delta_max,
+            sample_rate=self.sample_rate,
+            logprobs_tolerance=self.logprobs_tolerance,
         )
 
     @classmethod
     def from_proto(cls, msg: verifier_pb2.DifrSettings) -> DifrSettings:
-        return cls(threshold=msg.threshold, delta_max=msg.delta_max, sample_rate=msg.sample_rate)
+        """From the message; a message without a tolerance (older) gets the default."""
+        tolerance = (
+            msg.logprobs_tolerance
+            if msg.HasField("logprobs_tolerance")
+            else DifrSettings.logprobs_tolerance
+        )
+        return cls(
+            threshold=msg.threshold,
+            delta_max=msg.delta_max,
+            sample_rate=msg.sample_rate,
+            logprobs_tolerance=tolerance,
+        )
+
+    def to_json(self) -> dict[str, float]:
+        """The commitment's ``difr`` entry; the tolerance only when it is not the
+        default, so commitments written before it existed keep their ids."""
+        out = {
+            "threshold": self.threshold,
+            "delta_max": self.delta_max,
+            "sample_rate": self.sample_rate,
+        }
+        if self.logprobs_tolerance != DifrSettings.logprobs_tolerance:
+            out["logprobs_tolerance"] = self.logprobs_tolerance
+        return out
 
 
 #: Settings for a commitment nobody calibrated yet: exact float32 reproduction
@@ -143,6 +178,9 @@ class Commitment:
     tensor_parallel_size: int
     difr: DifrSettings
     generation_defaults: GenerationDefaults = GenerationDefaults()
+    #: The server's --logprobs-mode (one of LOGPROBS_MODES); written only when it is
+    #: not vLLM's default, so older commitments keep their ids.
+    logprobs_mode: str = "raw_logprobs"
     #: The server flags that change rendering and output parsing (absent: vLLM's defaults).
     serving: ServingFlags = VLLM_DEFAULTS
 
@@ -166,6 +204,10 @@ class Commitment:
             raise CommitmentError("max_model_len and tensor_parallel_size must be >= 1")
         if not self.sampler_profile or not self.engine:
             raise CommitmentError("sampler_profile and engine must not be empty")
+        if self.logprobs_mode not in LOGPROBS_MODES:
+            raise CommitmentError(
+                f"logprobs_mode must be one of {', '.join(LOGPROBS_MODES)}: {self.logprobs_mode!r}"
+            )
 
     def canonical_bytes(self) -> bytes:
         """The bytes the commitment id is the SHA-256 of."""
@@ -205,6 +247,7 @@ class Commitment:
             settings=self.difr.to_proto(),
             tensor_parallel_size=self.tensor_parallel_size,
             file_digests={f.path: f.sha256 for f in self.files},
+            logprobs_mode=self.logprobs_mode,
         )
 
     def _body(self) -> dict[str, Any]:
@@ -219,15 +262,13 @@ class Commitment:
             "engine": self.engine,
             "engine_version": self.engine_version,
             "tensor_parallel_size": self.tensor_parallel_size,
-            "difr": {
-                "threshold": self.difr.threshold,
-                "delta_max": self.difr.delta_max,
-                "sample_rate": self.difr.sample_rate,
-            },
+            "difr": self.difr.to_json(),
             "generation_defaults": self.generation_defaults.to_json(),
         }
         if not self.serving.is_default:
             body["serving"] = self.serving.to_json()
+        if self.logprobs_mode != "raw_logprobs":
+            body["logprobs_mode"] = self.logprobs_mode
         return body
 
 
@@ -393,7 +434,7 @@ def _from_body(data: Mapping[str, Any]) -> Commitment:
         "difr",
         "generation_defaults",
     }
-    optional = {"serving"}
+    optional = {"serving", "logprobs_mode"}
     if set(data) - optional != expected:
         extra, missing = set(data) - expected - optional, expected - set(data)
         raise CommitmentError(f"unexpected keys {sorted(extra)}, missing {sorted(missing)}")
@@ -419,7 +460,13 @@ def _from_body(data: Mapping[str, Any]) -> Commitment:
             threshold=float(_typed(difr["threshold"], (int, float))),
             delta_max=float(_typed(difr["delta_max"], (int, float))),
             sample_rate=float(_typed(difr["sample_rate"], (int, float))),
+            logprobs_tolerance=float(
+                _typed(
+                    difr.get("logprobs_tolerance", DifrSettings.logprobs_tolerance), (int, float)
+                )
+            ),
         ),
+        logprobs_mode=_typed(data.get("logprobs_mode", "raw_logprobs"), str),
         generation_defaults=GenerationDefaults.from_json(defaults),
         serving=_serving(data.get("serving")),
     )
