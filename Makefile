@@ -15,8 +15,10 @@ TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 # Debian packages the tests use: tshark (capture benchmark), prometheus
 # (metrics scrape test), libsystemd-dev + pkg-config (systemd-python),
 # ethtool and iproute2 (mirror-port simulation), systemd (systemd-analyze and
-# systemd-sysusers for the unit and playbook checks).
-APT_PACKAGES := systemd tshark prometheus libsystemd-dev pkg-config ethtool iproute2 tcpdump
+# systemd-sysusers for the unit and playbook checks), nginx and its JavaScript
+# module (the seed gateway, appliance/gateway/).
+APT_PACKAGES := systemd tshark prometheus libsystemd-dev pkg-config ethtool iproute2 tcpdump \
+	nginx libnginx-mod-http-js
 PROTO_SRC := $(wildcard protos/veritap/v1/*.proto)
 PROTOC := $(PY) -m grpc_tools.protoc -I protos \
 	--plugin=protoc-gen-mypy=$(VENV)/bin/protoc-gen-mypy \
