@@ -76,6 +76,13 @@ async def test_show_prints_windows_and_alarms(cli: Cli) -> None:
     assert code == 2 and "ORIGIN/ADDRESS:PORT" in err
 
 
+async def test_show_gives_the_share_of_verdicts_sampled_without_a_seed(cli: Cli) -> None:
+    _, honest_out, _ = await cli.run("provers", "show", HONEST.label)
+    _, cheat_out, _ = await cli.run("provers", "show", CHEAT.label)
+    assert "sampled without a seed: 25.0% of verdicts" in honest_out
+    assert "sampled without a seed: 0.0% of verdicts" in cheat_out
+
+
 async def test_clear_needs_the_admin_certificate(cli: Cli) -> None:
     [state] = cli.served.tables.alarms()
     clear = ("alarms", "clear", state.alarm.alarm_id, "--reason", "new weights deployed")
