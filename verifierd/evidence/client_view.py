@@ -14,6 +14,7 @@ from veritap.request_body import request_body
 from veritap.v1 import record_pb2
 
 from verifierd.errors import VerifierdError
+from verifierd.evidence.logprobs import LogprobsClaim, claimed_logprobs
 
 CHAT = "openai-chat"
 COMPLETIONS = "openai-completions"
@@ -40,6 +41,8 @@ class ChoiceEvidence:
     stop_reason_json: str
     claimed_prompt_ids: tuple[int, ...] | None = None
     claimed_output_ids: tuple[int, ...] | None = None
+    #: The logprobs the response states for this choice (None: it states none).
+    claimed_logprobs: LogprobsClaim | None = None
 
     @property
     def claimed_stop(self) -> object:
@@ -68,6 +71,17 @@ def choice_evidence(record: record_pb2.InferenceRecord) -> tuple[ChoiceEvidence,
         raise EvidenceUnavailable(f"the captured request body is not JSON: {exc}") from exc
     n = api.sampling.n if api.sampling.HasField("n") and api.sampling.n > 0 else 1
     shared_prompt = tuple(api.prompt_token_ids.ids) if api.HasField("prompt_token_ids") else None
+    # Only chat and completions state logprobs in vLLM's choices.
+    logprobs = (
+        claimed_logprobs(
+            api.dialect,
+            record.response.body,
+            streamed=api.sampling.stream,
+            chat=api.dialect == CHAT,
+        )
+        if api.dialect in (CHAT, COMPLETIONS)
+        else {}
+    )
     out = []
     for choice in sorted(api.choices, key=lambda c: c.index):
         prompt = (
@@ -87,6 +101,7 @@ def choice_evidence(record: record_pb2.InferenceRecord) -> tuple[ChoiceEvidence,
                 claimed_output_ids=(
                     tuple(choice.token_ids.ids) if choice.HasField("token_ids") else None
                 ),
+                claimed_logprobs=logprobs.get(choice.index),
             )
         )
     return tuple(out)

@@ -1,0 +1,370 @@
+"""The prover's logprobs: read from the captured response, compared with the verifier's.
+
+A response to a request with ``logprobs`` (chat: ``logprobs: true`` and
+``top_logprobs: N``; completions: ``logprobs: N``) carries, per output token,
+the prover's statement of its own distribution. It is a claim, checked in two
+ways (pure code: values in, findings out):
+
+- **Shape** (a FAIL on its own, whatever the tolerance): one entry per output
+  token the client saw; each entry names that token (chat ``token`` and its
+  UTF-8 ``bytes``, completions ``tokens``) as vLLM names it; the number of top
+  entries is the request's (chat: exactly N; completions: at most N + 1, the
+  sampled token first, as vLLM's dict of the sampled token followed by the top
+  N holds them); after the sampled token's own entry the top entries come in
+  non-increasing order.
+- **Values**: each claimed value against the verifier's for the same token at
+  the same position, computed from the logits the scoring pass already has, as
+  the committed ``logprobs_mode`` asks (`REPLAYED_MODES`). A position's
+  *deviation* is the largest of |claimed - verified| over the sampled token and
+  every claimed top entry, and of how far a token the verifier ranks inside the
+  claimed list's range sits above the lowest claimed value when the claim leaves
+  it out. Near ties at the list's edge cost their (tiny) difference only. The
+  response's statistic is its largest deviation; the commitment's calibrated
+  ``logprobs_tolerance`` decides it (`LogprobsComparison.over`).
+
+vLLM clamps every value at -9999 (its stand-in for -inf); the verifier's values
+are clamped the same way. A token whose own decoding ends in U+FFFD (an
+unfinished UTF-8 sequence) is renamed by vLLM from its context: its name is not
+checked, its value is.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import re
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+
+#: The ``--logprobs-mode`` values (verifierd.commitments.LOGPROBS_MODES) replayed:
+#: the processed ones are taken after the sampler's penalties, temperature and
+#: masks, which the scoring job applies out of the recorder's sight.
+REPLAYED_MODES = frozenset({"raw_logprobs", "raw_logits"})
+#: vLLM's floor for a reported value.
+FLOOR = -9999.0
+#: The most top entries vLLM serves by default (``--max-logprobs``).
+MAX_TOP = 20
+_REPLACEMENT = "\ufffd"
+_LINE_END = re.compile("\r\n|\r|\n")
+
+
+@dataclass(frozen=True)
+class TopEntry:
+    token: str
+    logprob: float
+
+
+@dataclass(frozen=True)
+class ClaimedPosition:
+    """One output token's entry as the prover states it."""
+
+    token: str
+    logprob: float
+    #: Chat only: the UTF-8 bytes the entry claims for ``token`` (None when absent).
+    token_bytes: tuple[int, ...] | None
+    top: tuple[TopEntry, ...]
+
+
+@dataclass(frozen=True)
+class LogprobsClaim:
+    positions: tuple[ClaimedPosition, ...]
+    #: Why the response's logprobs do not read as logprobs ("" when they do).
+    problem: str = ""
+
+
+@dataclass(frozen=True)
+class VerifiedPosition:
+    """The verifier's values at one output position."""
+
+    #: vLLM's name for the scored token; None when vLLM names it from its context.
+    token: str | None
+    logprob: float
+    #: The verifier's most likely tokens in non-increasing order (at least as many
+    #: as the claim may list).
+    top: tuple[TopEntry, ...]
+
+
+@dataclass(frozen=True)
+class ShapeMismatch:
+    """The claim does not have the shape vLLM gives the client's tokens (a FAIL:
+    ``Reason.LOGPROBS_MISMATCH``)."""
+
+    detail: str
+
+
+class LogprobsClaimError(ValueError):
+    """The response's logprobs do not have the shape of logprobs."""
+
+
+def claimed_logprobs(
+    dialect: str, body: bytes, streamed: bool, chat: bool
+) -> dict[int, LogprobsClaim]:
+    """Each choice's logprobs claim by choice index (choices without logprobs, and a
+    body that is not JSON, claim nothing). A choice whose logprobs do not read as
+    logprobs gets a claim with its ``problem``.
+
+    ``chat`` selects the chat form (``logprobs.content``) over completions'
+    (``tokens`` / ``token_logprobs`` / ``top_logprobs``); ``dialect`` names the
+    API in problems. Linear in the body."""
+    pieces: dict[int, list[object]] = {}
+    for document in _documents(body, streamed):
+        choices = document.get("choices") if isinstance(document, dict) else None
+        if not isinstance(choices, list):
+            continue
+        for choice in choices:
+            if not isinstance(choice, dict):
+                continue
+            logprobs = choice.get("logprobs")
+            index = choice.get("index", 0)
+            if logprobs is None or not isinstance(index, int) or isinstance(index, bool):
+                continue
+            pieces.setdefault(index, []).append(logprobs)
+    out = {}
+    for index, parts in pieces.items():
+        try:
+            positions = tuple(
+                p for part in parts for p in (_chat_part(part) if chat else _completions_part(part))
+            )
+            out[index] = LogprobsClaim(positions)
+        except LogprobsClaimError as exc:
+            out[index] = LogprobsClaim((), f"{dialect} choice {index}: {exc}")
+    return out
+
+
+def _documents(body: bytes, streamed: bool) -> Iterator[object]:
+    """The JSON documents the client read: the body, or each event's data."""
+    if not streamed:
+        try:
+            yield json.loads(body)
+        except ValueError:
+            return  # a capture the collector could not read either: nothing claimed
+        return
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        # The client's SDK raises on the line that does not decode: its stream ends there.
+        text = body[: exc.start].decode("utf-8")
+    data: list[str] = []
+    for line in _LINE_END.split(text)[:-1]:
+        if line.startswith("data:"):
+            value = line[5:]
+            data.append(value[1:] if value.startswith(" ") else value)
+        elif not line and data:
+            payload, data = "\n".join(data), []
+            if payload.startswith("[DONE]"):
+                return
+            try:
+                yield json.loads(payload)
+            except ValueError:
+                continue  # not a chunk the client could read: no claim in it
+
+
+def _number(value: object, what: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise LogprobsClaimError(f"{what} is not a number: {value!r:.40}")
+    number = float(value)
+    if not math.isfinite(number):
+        raise LogprobsClaimError(f"{what} is not finite: {number}")
+    return number
+
+
+def _text(value: object, what: str) -> str:
+    if not isinstance(value, str):
+        raise LogprobsClaimError(f"{what} is not a string: {value!r:.40}")
+    return value
+
+
+def _byte_list(value: object, what: str) -> tuple[int, ...] | None:
+    if value is None:
+        return None
+    if not isinstance(value, list) or not all(
+        isinstance(b, int) and not isinstance(b, bool) and 0 <= b < 256 for b in value
+    ):
+        raise LogprobsClaimError(f"{what} is not a list of bytes")
+    return tuple(value)
+
+
+def _chat_part(part: object) -> Iterator[ClaimedPosition]:
+    if not isinstance(part, dict):
+        raise LogprobsClaimError("logprobs is not an object")
+    content = part.get("content")
+    if content is None:
+        return
+    if not isinstance(content, list):
+        raise LogprobsClaimError("logprobs.content is not a list")
+    for i, entry in enumerate(content):
+        if not isinstance(entry, dict):
+            raise LogprobsClaimError(f"logprobs.content[{i}] is not an object")
+        top = entry.get("top_logprobs", [])
+        if top is None:
+            top = []
+        if not isinstance(top, list) or not all(isinstance(t, dict) for t in top):
+            raise LogprobsClaimError(f"logprobs.content[{i}].top_logprobs is not a list")
+        yield ClaimedPosition(
+            token=_text(entry.get("token"), f"content[{i}].token"),
+            logprob=_number(entry.get("logprob"), f"content[{i}].logprob"),
+            token_bytes=_byte_list(entry.get("bytes"), f"content[{i}].bytes"),
+            top=tuple(
+                TopEntry(
+                    _text(t.get("token"), f"content[{i}].top_logprobs[{j}].token"),
+                    _number(t.get("logprob"), f"content[{i}].top_logprobs[{j}].logprob"),
+                )
+                for j, t in enumerate(top)
+            ),
+        )
+
+
+def _completions_part(part: object) -> Iterator[ClaimedPosition]:
+    if not isinstance(part, dict):
+        raise LogprobsClaimError("logprobs is not an object")
+    tokens = part.get("tokens") or []
+    values = part.get("token_logprobs") or []
+    tops = part.get("top_logprobs") or []
+    if not all(isinstance(x, list) for x in (tokens, values, tops)):
+        raise LogprobsClaimError("tokens, token_logprobs and top_logprobs must be lists")
+    if not len(tokens) == len(values) or (tops and len(tops) != len(tokens)):
+        raise LogprobsClaimError(
+            f"{len(tokens)} tokens, {len(values)} token_logprobs, {len(tops)} top_logprobs"
+        )
+    for i, token in enumerate(tokens):
+        top = tops[i] if tops else {}
+        if top is None:
+            top = {}
+        if not isinstance(top, dict):
+            raise LogprobsClaimError(f"top_logprobs[{i}] is not an object")
+        yield ClaimedPosition(
+            token=_text(token, f"tokens[{i}]"),
+            logprob=_number(values[i], f"token_logprobs[{i}]"),
+            token_bytes=None,
+            top=tuple(
+                TopEntry(k, _number(v, f"top_logprobs[{i}][{k!r:.20}]")) for k, v in top.items()
+            ),
+        )
+
+
+def verified_name(decoded: str) -> str | None:
+    """The name a claim must give a token vLLM decodes to ``decoded`` (None: vLLM
+    renames it from its context, see the module docstring)."""
+    return None if decoded.endswith(_REPLACEMENT) else decoded
+
+
+@dataclass(frozen=True)
+class LogprobsComparison:
+    """Per output position: the deviation, and the token and both values where it is largest."""
+
+    deviations: tuple[float, ...]
+    tokens: tuple[str, ...]
+    claimed: tuple[float, ...]
+    verified: tuple[float, ...]
+
+    @property
+    def largest(self) -> float:
+        return max(self.deviations, default=0.0)
+
+    def over(self, tolerance: float) -> str | None:
+        """The evidence of the first position whose deviation exceeds ``tolerance``."""
+        for i, deviation in enumerate(self.deviations):
+            if deviation > tolerance:
+                return (
+                    f"logprobs differ at output position {i} by {deviation:.6g} "
+                    f"(tolerance {tolerance:.6g}): token {self.tokens[i]!r} claimed "
+                    f"{self.claimed[i]:.6g}, recomputed {self.verified[i]:.6g}"
+                )
+        return None
+
+
+def compare(
+    claim: LogprobsClaim,
+    verified: Sequence[VerifiedPosition],
+    *,
+    chat: bool,
+    requested_top: int,
+) -> LogprobsComparison | ShapeMismatch:
+    """The claim's shape against the output, then its values against the verifier's."""
+    if claim.problem:
+        return _mismatch(f"the response's logprobs do not read: {claim.problem}")
+    if len(claim.positions) != len(verified):
+        return _mismatch(
+            f"{len(claim.positions)} logprobs entries for the {len(verified)} output tokens"
+        )
+    rows = []
+    for i, (c, v) in enumerate(zip(claim.positions, verified, strict=True)):
+        problem = _shape_problem(c, v, chat=chat, requested_top=requested_top)
+        if problem is not None:
+            return _mismatch(f"output position {i}: {problem}")
+        rows.append(_deviation(c, v))
+    return LogprobsComparison(
+        deviations=tuple(r[0] for r in rows),
+        tokens=tuple(r[1] for r in rows),
+        claimed=tuple(r[2] for r in rows),
+        verified=tuple(r[3] for r in rows),
+    )
+
+
+def _mismatch(detail: str) -> ShapeMismatch:
+    return ShapeMismatch(detail)
+
+
+def _shape_problem(
+    c: ClaimedPosition, v: VerifiedPosition, *, chat: bool, requested_top: int
+) -> str | None:
+    if v.token is not None and c.token != v.token:
+        return f"the entry names {c.token!r:.40}, the client's token is {v.token!r:.40}"
+    if c.token_bytes is not None and c.token_bytes != tuple(c.token.encode("utf-8", "replace")):
+        return f"the entry's bytes are not the UTF-8 of {c.token!r:.40}"
+    n = len(c.top)
+    if chat and n != requested_top:
+        return f"{n} top_logprobs, the request asked for {requested_top}"
+    if not chat and (n > requested_top + 1 or (requested_top and n == 0)):
+        return f"{n} top_logprobs, the request asked for {requested_top}"
+    # Completions' top entries are a dict by token name: a second token of the same
+    # name overwrites the sampled one's value in place.
+    if n and (c.top[0].token != c.token or (chat and c.top[0].logprob != c.logprob)):
+        return "the first top_logprobs entry is not the sampled token's"
+    rest = [t.logprob for t in c.top[1:]]
+    if any(a < b for a, b in itertools.pairwise(rest)):
+        return "top_logprobs are not in non-increasing order"
+    return None
+
+
+def _deviation(c: ClaimedPosition, v: VerifiedPosition) -> tuple[float, str, float, float]:
+    """(deviation, token, claimed, verified) of the entry that deviates most."""
+    # Two tokens may share a name: a claimed value is compared with the nearest.
+    mine: dict[str, list[float]] = {}
+    for t in v.top:
+        mine.setdefault(t.token, []).append(max(FLOOR, t.logprob))
+    worst = (abs(c.logprob - max(FLOOR, v.logprob)), c.token, c.logprob, max(FLOOR, v.logprob))
+    listed = c.top[1:]
+    if not listed:
+        return worst
+    lowest_mine = max(FLOOR, min((t.logprob for t in v.top), default=FLOOR))
+    for t in listed:
+        values = mine.get(t.token)
+        if values is None:
+            # A token the verifier does not rank this high: at most a near tie at the edge.
+            candidate = (max(0.0, t.logprob - lowest_mine), t.token, t.logprob, lowest_mine)
+        else:
+            theirs = min(values, key=lambda x: abs(x - t.logprob))
+            candidate = (abs(t.logprob - theirs), t.token, t.logprob, theirs)
+        worst = max(worst, candidate, key=lambda r: r[0])
+    lowest_claimed = min(t.logprob for t in listed)
+    named = {t.token for t in listed} | {c.token}
+    for t in _leading(v.top, c.token, len(listed)):
+        if t.token not in named:
+            candidate = (t.logprob - lowest_claimed, t.token, lowest_claimed, t.logprob)
+            worst = max(worst, candidate, key=lambda r: r[0])
+    return worst
+
+
+def _leading(top: Sequence[TopEntry], sampled: str, count: int) -> list[TopEntry]:
+    """The verifier's ``count`` most likely tokens other than the sampled one."""
+    return [t for t in top if t.token != sampled][:count]
+
+
+def top_count(request: Mapping[str, object], chat: bool) -> int:
+    """The top entries the request asked for per position (vLLM's reading)."""
+    value = request.get("top_logprobs") if chat else request.get("logprobs")
+    if isinstance(value, bool) or not isinstance(value, int):
+        return 0
+    return max(0, value)
