@@ -13,6 +13,8 @@ from __future__ import annotations
 import http.client
 import json
 import re
+import shutil
+import subprocess
 import threading
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -25,7 +27,14 @@ from hypothesis import strategies as st
 
 from tests.cpu_bound import budget
 from tests.e2e.background_server import BackgroundServer
-from tests.e2e.seed_gateway import Gateway, gateway_missing, seed_gateway
+from tests.e2e.seed_gateway import (
+    GATEWAY_DIR,
+    NGINX,
+    Gateway,
+    gateway_missing,
+    nginx_config,
+    seed_gateway,
+)
 
 pytestmark = pytest.mark.skipif(gateway_missing() is not None, reason=str(gateway_missing()))
 
@@ -300,3 +309,21 @@ def test_any_body_is_seeded_once_or_forwarded_unchanged(setup: Setup, body: byte
         assert json.loads(got.body) == {**sent, "seed": seed}
     else:
         assert got.body == body
+
+
+def test_the_debian_site_file_is_a_valid_nginx_configuration(tmp_path: Path) -> None:
+    """veritap-gateway.conf with the files where DEPLOYMENT.md puts them (here under
+    tmp_path instead of /etc/nginx): `nginx -t` accepts it."""
+    installed = tmp_path / "veritap"
+    installed.mkdir()
+    for name in ("seed.js", "seed-locations.conf"):
+        shutil.copy(GATEWAY_DIR / name, installed)
+    site = (GATEWAY_DIR / "veritap-gateway.conf").read_text()
+    conf_d = tmp_path / "veritap-gateway.conf"
+    conf_d.write_text(site.replace("/etc/nginx/veritap/", f"{installed}/"))
+    config = tmp_path / "nginx.conf"
+    config.write_text(nginx_config(tmp_path, f"include {conf_d};"))
+    assert NGINX is not None
+    argv = [NGINX, "-t", "-c", str(config), "-p", str(tmp_path), "-e", str(tmp_path / "error.log")]
+    checked = subprocess.run(argv, capture_output=True, text=True, check=False)
+    assert checked.returncode == 0, checked.stderr

@@ -42,7 +42,8 @@ class Gateway:
         return f"http://127.0.0.1:{self.port}"
 
 
-def _config(work: Path, upstream: tuple[str, int], port: int) -> str:
+def nginx_config(work: Path, http: str) -> str:
+    """A whole nginx.conf whose files are under ``work``, with ``http`` in its http block."""
     temp = {name: work / name for name in ("body", "proxy", "fastcgi", "uwsgi", "scgi")}
     return f"""
 load_module {JS_MODULE};
@@ -58,6 +59,13 @@ http {{
     fastcgi_temp_path {temp["fastcgi"]};
     uwsgi_temp_path {temp["uwsgi"]};
     scgi_temp_path {temp["scgi"]};
+{http}
+}}
+"""
+
+
+def _gateway_http(upstream: tuple[str, int], port: int) -> str:
+    return f"""
     js_path "{GATEWAY_DIR}/";
     upstream veritap_prover {{
         server {upstream[0]}:{upstream[1]};
@@ -67,7 +75,6 @@ http {{
         listen 127.0.0.1:{port};
         include {GATEWAY_DIR / "seed-locations.conf"};
     }}
-}}
 """
 
 
@@ -80,7 +87,7 @@ def seed_gateway(work: Path, upstream: tuple[str, int]) -> Iterator[Gateway]:
     work.mkdir(parents=True, exist_ok=True)
     port = free_port()
     config = work / "nginx.conf"
-    config.write_text(_config(work, upstream, port))
+    config.write_text(nginx_config(work, _gateway_http(upstream, port)))
     argv = [NGINX, "-c", str(config), "-p", str(work), "-e", str(work / "error.log")]
     with ProcessGroup(work / "logs") as group:
         child = group.start("nginx", argv)
