@@ -619,7 +619,7 @@ def score_requests(
     replay = request_replay(
         api.sampling, commitment.generation_defaults, get_profile(commitment.sampler_profile)
     )
-    evidence = choice_evidence(record)
+    evidence = choice_evidence(record, commitment.serving)
     indices = tuple(c.index for c in sorted(api.choices, key=lambda c: c.index))
     # Each prompt of a request fans out into n children seeded seed + j.
     n = api.sampling.n if api.sampling.HasField("n") and api.sampling.n > 0 else 1

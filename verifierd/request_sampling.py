@@ -213,6 +213,12 @@ def _check_params(params_json: str) -> dict[str, Any]:
             continue
         if key == "use_beam_search":
             detail = "beam search is not sampling"
+        elif key == "tool_choice":
+            # vLLM's tool parser adds it in adjust_request (Parser._apply_structural_tag).
+            detail = (
+                f"tool_choice {json.dumps(value)[:80]} makes vLLM constrain the output with "
+                "a structural-tag grammar of the tools' JSON schemas, which is not replayed"
+            )
         else:
             detail = f"request parameter {key}={json.dumps(value)[:80]} changes what is sampled"
         raise SamplingNotReproducibleError(Reason.SAMPLER_NOT_REPRODUCIBLE, detail)

