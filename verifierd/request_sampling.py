@@ -81,6 +81,12 @@ _HARMLESS = frozenset(
         "truncate_prompt_tokens",
         "repetition_detection",
         "length_penalty",
+        # The Responses and Messages APIs' names for the prompt's and the stop's parts.
+        "instructions",
+        "max_output_tokens",
+        "include",
+        "system",
+        "stop_sequences",
     }
 )
 
@@ -89,6 +95,8 @@ _NEUTRAL: Mapping[str, Any] = {
     "tool_choice": ("none", "auto"),
     "response_format": ({"type": "text"},),
     "best_of": (1,),
+    "truncation": ("disabled",),
+    "text": ({"format": {"type": "text"}},),
 }
 
 #: Fields read into LogitAdjustments (the penalties also have typed fields).

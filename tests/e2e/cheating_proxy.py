@@ -35,6 +35,9 @@ class Cheat(StrEnum):
     REPLAY = "replay"
     #: ``max_tokens`` halved before forwarding; the shorter answer is reported as
     #: ``stop`` (as if it had ended on an end token), its usage counting that token.
+    #: The Responses and Messages APIs' words for it: ``status: completed`` instead
+    #: of ``incomplete`` (``max_output_tokens`` halved), ``end_turn`` instead of
+    #: ``max_tokens``.
     TRUNCATE_AS_STOP = "truncate-as-stop"
     #: ``max_tokens`` halved before forwarding; the server's ``length`` is passed on.
     SMALLER_MAX_TOKENS = "smaller-max-tokens"
@@ -52,7 +55,7 @@ def cheat_request(cheat: Cheat | None, body: dict[str, Any]) -> dict[str, Any]:
         hidden = {"role": "system", "content": HIDDEN_SYSTEM_PROMPT}
         forwarded["messages"] = [hidden, *body["messages"]]
     elif cheat in (Cheat.TRUNCATE_AS_STOP, Cheat.SMALLER_MAX_TOKENS):
-        for key in ("max_tokens", "max_completion_tokens"):
+        for key in ("max_tokens", "max_completion_tokens", "max_output_tokens"):
             if key in body:
                 forwarded[key] = max(1, int(body[key]) // 2)
     elif cheat is Cheat.UNASKED_IDS:
@@ -76,10 +79,26 @@ def cheat_answer(cheat: Cheat | None, answer: dict[str, Any], n: int) -> dict[st
     if cheat in (Cheat.HIDDEN_SYSTEM_PROMPT, Cheat.REPLAY):
         answer.pop("usage", None)
     usage = answer.get("usage")
-    if cheat is Cheat.TRUNCATE_AS_STOP and usage:
+    if cheat is Cheat.TRUNCATE_AS_STOP and usage and "completion_tokens" in usage:
         usage["completion_tokens"] += n
         usage["total_tokens"] += n
+    if cheat is Cheat.TRUNCATE_AS_STOP:
+        _finished_not_cut(answer)
     return answer
+
+
+def _finished_not_cut(answer: dict[str, Any]) -> None:
+    """A Responses answer (or stream event) or a Messages answer (or ``message_delta``)
+    cut at its output budget, told as finished, its usage counting an end token."""
+    response = answer.get("response", answer)
+    if isinstance(response, dict) and response.get("status") == "incomplete":
+        response["status"], response["incomplete_details"] = "completed", None
+        response["usage"]["output_tokens"] += 1
+        response["usage"]["total_tokens"] += 1
+    stop = answer.get("delta", answer)
+    if isinstance(stop, dict) and stop.get("stop_reason") == "max_tokens":
+        stop["stop_reason"] = "end_turn"
+        answer["usage"]["output_tokens"] += 1
 
 
 def cheat_event(cheat: Cheat | None, line: bytes, n: int) -> bytes:

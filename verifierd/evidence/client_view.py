@@ -14,12 +14,13 @@ from veritap.request_body import request_body
 from veritap.v1 import record_pb2
 
 from verifierd.errors import VerifierdError
+from verifierd.evidence.api_claims import MESSAGES, RESPONSES, chat_finish
 from verifierd.evidence.logprobs import LogprobsClaim, claimed_logprobs
 from verifierd.serving_flags import VLLM_DEFAULTS, ServingFlags
 
 CHAT = "openai-chat"
 COMPLETIONS = "openai-completions"
-DIALECTS = (CHAT, COMPLETIONS)
+DIALECTS = (CHAT, COMPLETIONS, RESPONSES, MESSAGES)
 
 
 @dataclass(frozen=True)
@@ -54,6 +55,7 @@ class ChoiceEvidence:
     prompt_index: int
     #: The text the client received.
     text: str
+    #: The prover's finish claim in chat's terms (`api_claims`), as is the stop reason.
     finish_reason: str
     #: The prover's stop reason as JSON ("" when absent): a stop string or token id.
     stop_reason_json: str
@@ -96,7 +98,7 @@ def choice_evidence(
         raise EvidenceUnavailable(f"unknown API dialect {api.dialect!r}")
     try:
         request_json = request_body(record).decode("utf-8")
-        json.loads(request_json)
+        request = json.loads(request_json)
     except (UnicodeDecodeError, ValueError) as exc:
         raise EvidenceUnavailable(f"the captured request body is not JSON: {exc}") from exc
     n = api.sampling.n if api.sampling.HasField("n") and api.sampling.n > 0 else 1
@@ -112,8 +114,12 @@ def choice_evidence(
         if api.dialect in (CHAT, COMPLETIONS)
         else {}
     )
+    fields = request if isinstance(request, dict) else {}
     out = []
     for choice in sorted(api.choices, key=lambda c: c.index):
+        finish_reason, stop_reason_json = chat_finish(
+            api.dialect, choice.finish_reason, choice.stop_reason_json, fields
+        )
         prompt = (
             tuple(choice.prompt_token_ids.ids)
             if choice.HasField("prompt_token_ids")
@@ -125,8 +131,8 @@ def choice_evidence(
                 request_json=request_json,
                 prompt_index=choice.index // n,
                 text=choice.text,
-                finish_reason=choice.finish_reason,
-                stop_reason_json=choice.stop_reason_json,
+                finish_reason=finish_reason,
+                stop_reason_json=stop_reason_json,
                 claimed_prompt_ids=prompt,
                 claimed_output_ids=(
                     tuple(choice.token_ids.ids) if choice.HasField("token_ids") else None

@@ -3,13 +3,20 @@
 Everything here calls vLLM's code for the installed (committed) version, so
 the verifier renders and detokenizes exactly as the prover's server does:
 
-- `render_request`: the request body is validated by vLLM's own OpenAI request
-  models (``ChatCompletionRequest`` / ``CompletionRequest``) and rendered by the
+- `render_request`: the request body is validated by vLLM's own request
+  models (``ChatCompletionRequest`` / ``CompletionRequest`` /
+  ``ResponsesRequest`` / ``AnthropicMessagesRequest``) and rendered by the
   engine's renderer with the parameters vLLM's server derives from it
   (``build_chat_params``, ``build_tok_params``: chat template, generation
   prompt, content parts and their format, ``add_special_tokens``,
   ``chat_template_kwargs``, ``continue_final_message``, tools); its
-  ``SamplingParams`` come from the request's own ``to_sampling_params``.
+  ``SamplingParams`` come from the request's own ``to_sampling_params``. A
+  Responses request becomes chat messages as ``OnlineRenderer.render_responses``
+  makes them (``construct_input_messages``: ``instructions`` as the system
+  message, then ``input``); a Messages request becomes the chat request
+  vLLM's ``AnthropicServingMessages.to_chat_completion_request`` makes of it
+  (inline system messages merged first when the template demands it, probed as
+  the server probes it), rendered as chat.
 - `decode_output`: vLLM's incremental detokenizer (the one its output processor
   uses, primed with the prompt ids) fed one token per engine step, with the
   request's ``skip_special_tokens``, ``spaces_between_special_tokens``,
@@ -32,6 +39,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from verifierd.errors import VerifierdError
+from verifierd.evidence.api_claims import MESSAGES, RESPONSES
 from verifierd.evidence.client_view import CHAT, COMPLETIONS
 from verifierd.serving_flags import VLLM_DEFAULTS, ServingFlags
 
@@ -57,7 +65,8 @@ class RenderedRequest:
     prompts: tuple[tuple[int, ...], ...]
     #: vLLM's SamplingParams for the request (detokenizer settings, stop strings).
     params: Any
-    #: max_tokens / max_completion_tokens as sent (chat: None when absent).
+    #: max_tokens / max_completion_tokens / max_output_tokens as sent (None when absent,
+    #: except for completions, whose API default is 16).
     max_tokens: int | None
     ignore_eos: bool
     #: Chat on a server with a reasoning or tool parser: how it reads the raw output.
@@ -70,8 +79,10 @@ def render_request(
     """Render ``request_json`` with the engine ``llm``'s renderer as a server started
     with ``serving`` renders it. Raises RenderError."""
     from pydantic import ValidationError
+    from vllm.entrypoints.anthropic.protocol import AnthropicMessagesRequest
     from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
     from vllm.entrypoints.openai.completion.protocol import CompletionRequest
+    from vllm.entrypoints.openai.responses.protocol import ResponsesRequest
 
     try:
         body = json.loads(request_json)
@@ -79,6 +90,12 @@ def render_request(
             return _render_chat(llm, ChatCompletionRequest.model_validate(body), serving)
         if dialect == COMPLETIONS:
             return _render_completion(llm, CompletionRequest.model_validate(body))
+        if dialect == RESPONSES:
+            return _render_responses(llm, ResponsesRequest.model_validate(body))
+        if dialect == MESSAGES:
+            return _render_chat(
+                llm, _messages_as_chat(llm, AnthropicMessagesRequest.model_validate(body))
+            )
     except ValidationError as exc:
         raise RenderError(f"vLLM refuses the request: {_first_error(exc)}") from exc
     except (ValueError, TypeError, KeyError, NotImplementedError) as exc:
@@ -148,6 +165,53 @@ def _render_chat(llm: Any, request: Any, serving: ServingFlags = VLLM_DEFAULTS) 
             prompt=prompt,
         )
     return RenderedRequest((prompt,), params, requested, bool(params.ignore_eos), output)
+
+
+def _render_responses(llm: Any, request: Any) -> RenderedRequest:
+    """As vLLM's OnlineRenderer.render_responses renders a non-harmony request that
+    names no previous response."""
+    from vllm.entrypoints.openai.responses.utils import (
+        construct_input_messages,
+        construct_tool_dicts,
+    )
+    from vllm.renderers import merge_kwargs
+
+    model_config = llm.llm_engine.model_config
+    if model_config.hf_config.model_type == "gpt_oss":
+        raise RenderError("harmony (gpt-oss) Responses rendering is not replayed")
+    if request.previous_response_id is not None or request.previous_input_messages:
+        raise RenderError("a previous response's history is the server's, not in the capture")
+    tool_dicts = construct_tool_dicts(request.tools, request.tool_choice)
+    messages = construct_input_messages(
+        request_instructions=request.instructions, request_input=request.input
+    )
+    template_kwargs = request.build_chat_params(None, "auto").with_defaults({}).chat_template_kwargs
+    chat_params = request.build_chat_params(None, "auto").with_defaults(
+        merge_kwargs(template_kwargs, {"tools": tool_dicts, "tokenize": False})
+    )
+    (_conversation,), (engine_input,) = llm.renderer.render_chat(
+        [messages], chat_params, request.build_tok_params(model_config)
+    )
+    prompt = tuple(int(i) for i in engine_input["prompt_token_ids"])
+    requested = request.max_output_tokens
+    params = request.to_sampling_params(_room(llm, len(prompt), requested), {})
+    return RenderedRequest((prompt,), params, requested, bool(params.ignore_eos))
+
+
+def _messages_as_chat(llm: Any, request: Any) -> Any:
+    """The ChatCompletionRequest vLLM's Messages server runs for ``request``."""
+    from vllm.entrypoints.anthropic.serving import AnthropicServingMessages
+
+    if request.thinking is not None and request.thinking.type == "disabled":
+        # The server probes its renderer for the effort that disables thinking.
+        raise RenderError("thinking disabled is not replayed")
+    # What the server's probe reads of its OnlineRenderer (no --chat-template: the
+    # committed tokenizer's).
+    renderer: Any = types.SimpleNamespace(
+        renderer=llm.renderer, chat_template=None, model_config=llm.llm_engine.model_config
+    )
+    merge = AnthropicServingMessages._should_merge_inline_system(renderer)
+    return AnthropicServingMessages.to_chat_completion_request(request, merge_inline_system=merge)
 
 
 def _render_completion(llm: Any, request: Any) -> RenderedRequest:
