@@ -24,6 +24,7 @@ from verifierd.config import parse_config
 from verifierd.engine.pool import EnginePool
 from verifierd.metrics import VerifierMetrics
 from verifierd.pipeline import Pipeline
+from verifierd.serving_flags import ServingFlags
 from verifierd.store import Store, StoredVerdict
 from verifierd.verdicts import check_signed_verdict
 from verifierd.weights_cache import VerifiedWeights, WeightsCache
@@ -202,10 +203,10 @@ def test_a_failure_on_one_record_closes_it_and_goes_on(
 ) -> None:
     real = pipeline_module.choice_evidence
 
-    def flaky(record: record_pb2.InferenceRecord) -> object:
+    def flaky(record: record_pb2.InferenceRecord, serving: ServingFlags) -> object:
         if record.record_id == "poison":
             raise RuntimeError("bug")
-        return real(record)
+        return real(record, serving)
 
     monkeypatch.setattr(pipeline_module, "choice_evidence", flaky)
     ingest(rig.store, "edge", [Exchange("poison"), Exchange("fine")])
