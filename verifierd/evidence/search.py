@@ -38,6 +38,15 @@ and after a restart about the mean distance between the divergences seen so
 far. With divergences at random the rows scored stay near the output's length
 plus one window per restart, instead of one tail per restart.
 
+Doubtful positions: a U+FFFD of the text is invalid bytes the sampler wrote,
+never the replacement character the guess spells, so the guess is wrong there
+all but always. A window ends before the first token of the next U+FFFD, and its
+lookahead row reads the sampler's pick at it: the restart there rescores no row
+(and does not shrink the window, which follows the divergences nobody foresaw).
+A look that restarts nothing (the sampler did write U+FFFD) is a miss; after
+BASE_RESTARTS misses more than restarts, windows stop at U+FFFD no more, so a
+text full of them costs no more rounds than the restart bound allows.
+
 Linear time: the prover chooses the text, and a long text no sampler wrote asks
 for a consistency check at almost every position. A check decodes only the
 tokens after the last clean UTF-8 boundary of the settled prefix (`Spelling`),
@@ -58,6 +67,7 @@ usually little more than one.
 
 from __future__ import annotations
 
+import bisect
 import codecs
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -169,6 +179,19 @@ class SearchState:
     restart_bound: int = 0
     #: Characters of the target the guess spells (all of them: the guess is complete).
     guessed: int = 0
+    #: Guess positions known to be doubtful (ascending): the first token of each
+    #: U+FFFD of the text, which the sampler wrote as invalid bytes, not as the
+    #: replacement character the guess spells. A round's window ends before the
+    #: next one, so its lookahead row reads the sampler's pick there.
+    doubtful: list[int] = field(default_factory=list)
+    #: The last doubtful position whose pick a lookahead row gave without a
+    #: restart (the next round scores it like any other).
+    peeked: int = -1
+    #: Restarts at positions the guess did not mark doubtful (they size windows),
+    #: and looks at doubtful positions that restarted nothing (they bound the
+    #: rounds a text full of U+FFFD can ask for).
+    surprises: int = 0
+    misses: int = 0
     spelling: Spelling = field(init=False)
 
     def __post_init__(self) -> None:
@@ -231,14 +254,23 @@ def run_search(states: Sequence[SearchState], scorer: Scorer) -> None:
         for s in live:
             # A guess token after the window too, for the lookahead row to compare.
             _extend(s, s.settled + s.window + 1)
-        results = scorer(
-            [ScorePass(tuple(s.output[: s.settled + s.window]), s.settled) for s in live]
-        )
+        results = scorer([ScorePass(tuple(s.output[: _window_end(s)]), s.settled) for s in live])
         for state, result in zip(live, results, strict=True):
             if result is None:
                 state.exhausted = state.done = True
             else:
                 step(state, result)
+
+
+def _window_end(state: SearchState) -> int:
+    """Where the next round's window ends: after ``window`` positions, or before the
+    next doubtful position not yet looked at (while looking there still pays)."""
+    end = state.settled + state.window
+    if state.misses > BASE_RESTARTS + state.restarts:
+        return end
+    doubtful = state.doubtful
+    at = bisect.bisect_left(doubtful, max(state.settled, state.peeked + 1))
+    return min(end, doubtful[at]) if at < len(doubtful) else end
 
 
 def step(state: SearchState, result: PassResult) -> None:
@@ -248,6 +280,7 @@ def step(state: SearchState, result: PassResult) -> None:
     output = state.output
     n = len(output)
     end = start + len(result.margins)
+    cut = _is_doubtful(state, end) and end < min(n, start + state.window)
     # The row after the window: the sampler's pick there (no margin: the next
     # window scores it), or after the last token whether anything follows.
     last = end + 1 if end < n or _wants_more(state) else end
@@ -262,20 +295,34 @@ def step(state: SearchState, result: PassResult) -> None:
                 state.exhausted = state.done = True
                 return
             state.restarts += 1
+            foreseen = _is_doubtful(state, i)
             _guess(state, pick, state.guess_chars + 8 * state.window)
             # The adopted token is the sampler's own pick: its margin is 0, and the
             # next round scores from the token after it, where the prefix cache
             # (whole blocks of what the last round sent) cannot reach.
             state.settle(0.0)
-            state.window = max(state.min_window, (i + 1) // state.restarts)
+            if not foreseen:
+                state.surprises += 1
+                state.window = max(state.min_window, (i + 1) // state.surprises)
             state.done = _finished(state)
             return
         if i < end:
             state.settle(float(result.margins[i - start]))
+    if cut:
+        # The window stopped to look at a doubtful position, which restarted nothing.
+        state.misses += 1
+        state.peeked = end
     if end < n and not _finished(state):
-        state.window *= 2
+        if not cut:
+            state.window *= 2
     else:
         state.done = True
+
+
+def _is_doubtful(state: SearchState, position: int) -> bool:
+    doubtful = state.doubtful
+    at = bisect.bisect_left(doubtful, position)
+    return at < len(doubtful) and doubtful[at] == position
 
 
 def _finished(state: SearchState) -> bool:
@@ -347,6 +394,7 @@ def _guess(state: SearchState, adopted: int | None, chars: int | None) -> None:
     model = state.model
     head = [*state.output[: state.settled], *(() if adopted is None else (adopted,))]
     state.output, state.guessed = head, len(state.target)
+    del state.doubtful[bisect.bisect_left(state.doubtful, len(head)) :]
     if adopted is not None and model.is_end_token(adopted):
         return
     spelled = state.spelling.after(() if adopted is None else (adopted,))
@@ -385,10 +433,36 @@ def _segment(state: SearchState, to: int) -> None:
     """Append the segmentation of the target's characters [guessed, to)."""
     model, target = state.model, state.target
     if to > state.guessed:
-        state.output += model.segment(target[state.guessed : to])
+        piece = target[state.guessed : to]
+        tokens = model.segment(piece)
+        state.doubtful += _replacement_tokens(piece, tokens, model, len(state.output))
+        state.output += tokens
     state.guessed = to
     if state.complete and state.ending is Ending.END_TOKEN and model.end_token is not None:
         state.output.append(model.end_token)
+
+
+def _replacement_tokens(
+    piece: str, tokens: Sequence[int], model: TextModel, first: int
+) -> list[int]:
+    """Positions (from ``first``) of the tokens of ``piece``'s segmentation where a
+    U+FFFD of it begins, ascending and once each."""
+    if REPLACEMENT not in piece:
+        return []
+    offsets, at = [], 0
+    for char in piece:
+        if char == REPLACEMENT:
+            offsets.append(at)
+        at += len(char.encode("utf-8"))
+    found: list[int] = []
+    end, k = 0, 0
+    for j, token in enumerate(tokens):
+        end += len(model.token_bytes(token))
+        if k < len(offsets) and offsets[k] < end:
+            found.append(first + j)
+            while k < len(offsets) and offsets[k] < end:
+                k += 1
+    return found
 
 
 def _cut(target: str, at: int) -> int:

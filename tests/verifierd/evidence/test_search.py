@@ -180,3 +180,57 @@ def test_held_back_bytes_must_show_as_the_text_continues(
     """A dishonest text must not adopt a pick whose held-back bytes make more (or fewer)
     U+FFFD than the client saw: they would decode to another text."""
     assert search._pending_fits(held, rest) is fits
+
+
+def _counting(scorer: search.Scorer, passes: list[search.ScorePass]) -> search.Scorer:
+    def score(batch: Sequence[search.ScorePass]) -> Sequence[search.PassResult | None]:
+        passes.extend(batch)
+        return scorer(batch)
+
+    return score
+
+
+def _replaying(honest: Sequence[int], otherwise: int) -> Sampler:
+    """A sampler that wrote ``honest`` (and ``otherwise`` off its path)."""
+
+    def pick(prefix: Sequence[int]) -> int:
+        n = len(prefix)
+        return honest[n] if n < len(honest) and list(prefix) == honest[:n] else otherwise
+
+    return pick
+
+
+def test_a_u_fffd_is_read_by_a_lookahead_row_without_rescoring_a_window(
+    vocab: Vocabulary,
+) -> None:
+    """Invalid bytes show only as U+FFFD, so the guess is wrong there: a window ends
+    before each one and its lookahead row reads the sampler's bytes, so when those are
+    the only divergences no output position is scored twice."""
+    model = RequestText(vocab.text, frozenset({vocab.eos}), vocab.eos)
+    invalid = vocab.text.byte_tokens(b"\x80")[0]  # type: ignore[index]
+    words = [model.segment(f" word{i} and more words") for i in range(12)]
+    honest = [t for w in words for t in (invalid, *w)]
+    text, _ = vocab.text.text_after(honest)
+    assert text.count("\ufffd") == len(words)
+    state = search.initial_state(text, search.Ending.LENGTH, "", len(honest), model)
+    passes: list[search.ScorePass] = []
+    search.run_search([state], _counting(_scorer(_replaying(honest, vocab.eos)), passes))
+    assert state.output == honest
+    assert state.restarts == len(words)
+    assert sum(len(p.output) - p.score_from for p in passes) <= len(honest)
+
+
+def test_a_text_of_u_fffd_the_sampler_spelled_does_not_end_every_window(
+    vocab: Vocabulary,
+) -> None:
+    """Where the sampler wrote the replacement character itself, a look before each
+    U+FFFD restarts nothing: after BASE_RESTARTS such looks the windows stop there."""
+    model = RequestText(vocab.text, frozenset({vocab.eos}), vocab.eos)
+    text = "\ufffd " * 300
+    honest = model.segment(text)
+    state = search.initial_state(text, search.Ending.LENGTH, "", len(honest), model)
+    passes: list[search.ScorePass] = []
+    search.run_search([state], _counting(_scorer(_replaying(honest, vocab.eos)), passes))
+    assert state.output == honest
+    assert state.restarts == 0
+    assert len(passes) <= search.BASE_RESTARTS + 2 + len(honest).bit_length()
