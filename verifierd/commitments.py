@@ -6,6 +6,11 @@ A commitment names the exact bytes of the weights, tokenizer and config files
 settings. Its id is the SHA-256 of its canonical JSON form (sorted keys, no
 whitespace, UTF-8), so any change to any of these makes a different commitment.
 
+``structured_outputs`` (the server's structured-output backend setting and the
+versions of its grammar libraries, verifierd.structured_outputs) was added
+later: a file without it loads with None, and its body then has no such key,
+so the ids of older files stay valid; such a commitment replays no grammar.
+
 ``serving`` (the server flags that change rendering and output parsing,
 verifierd.serving_flags) is written only when some flag differs from vLLM's
 default, so commitments of servers started without such flags keep their ids.
@@ -30,6 +35,7 @@ from veritap.v1 import verifier_pb2
 
 from verifierd.errors import VerifierdError
 from verifierd.serving_flags import VLLM_DEFAULTS, ServingFlags, ServingFlagsError
+from verifierd.structured_outputs import StructuredOutputError, StructuredOutputsEngine
 
 FORMAT = "veritap.commitment/v1"
 #: vLLM's --logprobs-mode choices (the first is its default).
@@ -183,6 +189,8 @@ class Commitment:
     logprobs_mode: str = "raw_logprobs"
     #: The server flags that change rendering and output parsing (absent: vLLM's defaults).
     serving: ServingFlags = VLLM_DEFAULTS
+    #: None: the commitment names no structured-output backend (replays no grammar).
+    structured_outputs: StructuredOutputsEngine | None = None
 
     def __post_init__(self) -> None:
         if not self.served_model_names or not all(self.served_model_names):
@@ -265,6 +273,8 @@ class Commitment:
             "difr": self.difr.to_json(),
             "generation_defaults": self.generation_defaults.to_json(),
         }
+        if self.structured_outputs is not None:
+            body["structured_outputs"] = self.structured_outputs.to_json()
         if not self.serving.is_default:
             body["serving"] = self.serving.to_json()
         if self.logprobs_mode != "raw_logprobs":
@@ -350,6 +360,7 @@ def commit_model_dir(
     tensor_parallel_size: int = 1,
     difr: DifrSettings = DEFAULT_DIFR,
     generation_config: str = "auto",
+    structured_outputs: StructuredOutputsEngine | None = None,
     serving: ServingFlags = VLLM_DEFAULTS,
 ) -> Commitment:
     """Build the commitment for a model directory, hashing every committed file.
@@ -357,7 +368,9 @@ def commit_model_dir(
     dtype and max_model_len default to the model's config.json (`torch_dtype`
     or `dtype`, `max_position_embeddings`). ``generation_config`` is the prover's
     vLLM setting of that name: "auto" (sampling defaults from the model's
-    generation_config.json) or "vllm" (neutral defaults).
+    generation_config.json) or "vllm" (neutral defaults). ``structured_outputs``
+    defaults to vLLM's default setting ("auto") with the grammar libraries
+    installed here.
     """
     if generation_config not in ("auto", "vllm"):
         raise CommitmentError(f"generation_config must be 'auto' or 'vllm': {generation_config!r}")
@@ -390,6 +403,7 @@ def commit_model_dir(
         tensor_parallel_size=tensor_parallel_size,
         difr=difr,
         generation_defaults=defaults,
+        structured_outputs=structured_outputs or StructuredOutputsEngine.installed(),
         serving=serving,
     )
 
@@ -434,7 +448,7 @@ def _from_body(data: Mapping[str, Any]) -> Commitment:
         "difr",
         "generation_defaults",
     }
-    optional = {"serving", "logprobs_mode"}
+    optional = {"structured_outputs", "serving", "logprobs_mode"}
     if set(data) - optional != expected:
         extra, missing = set(data) - expected - optional, expected - set(data)
         raise CommitmentError(f"unexpected keys {sorted(extra)}, missing {sorted(missing)}")
@@ -468,6 +482,7 @@ def _from_body(data: Mapping[str, Any]) -> Commitment:
         ),
         logprobs_mode=_typed(data.get("logprobs_mode", "raw_logprobs"), str),
         generation_defaults=GenerationDefaults.from_json(defaults),
+        structured_outputs=_structured_outputs(data.get("structured_outputs")),
         serving=_serving(data.get("serving")),
     )
 
@@ -478,6 +493,15 @@ def _serving(data: Any) -> ServingFlags:
     try:
         return ServingFlags.from_json(data)
     except ServingFlagsError as exc:
+        raise CommitmentError(str(exc)) from exc
+
+
+def _structured_outputs(data: Any) -> StructuredOutputsEngine | None:
+    if data is None:
+        return None
+    try:
+        return StructuredOutputsEngine.from_json(data)
+    except StructuredOutputError as exc:
         raise CommitmentError(str(exc)) from exc
 
 

@@ -1,6 +1,13 @@
 """vLLM's request-specific logit adjustments, replayed on the verifier's raw logits.
 
-Before temperature, min_p, top-k/top-p and the noise, vLLM 0.32's V1 sampler
+A structured-output request first has its grammar mask applied: vLLM's runner
+(vllm/v1/structured_output/utils.py ``apply_grammar_bitmask``) sets every token
+the grammar does not allow after the output so far to -inf with xgrammar's
+``apply_token_bitmask_inplace``, before the sampler. The mask depends on the
+output prefix only, so `AdjustmentPlan` takes it from `TokenMasks`
+(verifierd.engine.grammar rebuilds it); -inf stays -inf through every step below.
+
+Then, before temperature, min_p, top-k/top-p and the noise, vLLM 0.32's V1 sampler
 (vllm/v1/sample/sampler.py ``Sampler.apply_logits_processors``) changes the
 float32 logits row of a request that asks for it, in this order:
 
@@ -39,13 +46,14 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
 import torch
 
 from verifierd.errors import VerifierdError
+from verifierd.structured_outputs import StructuredOutput, StructuredOutputError
 
 #: vLLM clamps each logit_bias value to this magnitude (SamplingParams.from_optional).
 MAX_LOGIT_BIAS = 100.0
@@ -55,6 +63,14 @@ MAX_ADDITIVE_PENALTY = 2.0
 
 class LogitAdjustmentError(VerifierdError):
     """Adjustments vLLM would have refused, or inputs that do not fit them."""
+
+
+class TokenMasks(Protocol):
+    """Per-position masks of allowed tokens that depend on the output prefix only."""
+
+    def fill(self, x: torch.Tensor, start: int, output: npt.NDArray[np.int64]) -> None:
+        """Set the disallowed logits of output rows [start, start + len(x)) of the
+        output ``output`` to -inf, in place."""
 
 
 class RepetitionArithmetic(StrEnum):
@@ -93,6 +109,8 @@ class LogitAdjustments:
     min_tokens: int = 0
     stop_token_ids: tuple[int, ...] = ()
     bad_words: tuple[str, ...] = ()
+    #: The request's grammar constraint (None: none).
+    structured_output: StructuredOutput | None = None
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.repetition_penalty) and self.repetition_penalty > 0):
@@ -127,6 +145,7 @@ class LogitAdjustments:
         min_tokens: int = 0,
         stop_token_ids: Sequence[int] = (),
         bad_words: Sequence[str] = (),
+        structured_output: StructuredOutput | None = None,
     ) -> LogitAdjustments:
         """Normalised as vLLM's SamplingParams does: logit_bias clamped to [-100, 100],
         duplicate stop ids and bad words dropped (first kept)."""
@@ -142,6 +161,7 @@ class LogitAdjustments:
             min_tokens=int(min_tokens),
             stop_token_ids=tuple(dict.fromkeys(int(i) for i in stop_token_ids)),
             bad_words=tuple(dict.fromkeys(bad_words)),
+            structured_output=structured_output,
         )
 
     @property
@@ -161,6 +181,7 @@ class LogitAdjustments:
             or self.allowed_token_ids
             or self.min_tokens
             or self.bad_words
+            or self.structured_output is not None
         )
 
     def token_ids(self) -> tuple[int, ...]:
@@ -182,12 +203,16 @@ class LogitAdjustments:
             "min_tokens": self.min_tokens,
             "stop_token_ids": list(self.stop_token_ids),
             "bad_words": list(self.bad_words),
+            "structured_output": (
+                None if self.structured_output is None else self.structured_output.to_json()
+            ),
         }
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> LogitAdjustments:
         """Raises LogitAdjustmentError on a malformed value."""
         try:
+            structured = data.get("structured_output")
             return cls(
                 repetition_penalty=float(data["repetition_penalty"]),
                 frequency_penalty=float(data["frequency_penalty"]),
@@ -197,8 +222,11 @@ class LogitAdjustments:
                 min_tokens=int(data["min_tokens"]),
                 stop_token_ids=tuple(int(i) for i in data["stop_token_ids"]),
                 bad_words=tuple(str(w) for w in data["bad_words"]),
+                structured_output=(
+                    None if structured is None else StructuredOutput.from_json(structured)
+                ),
             )
-        except (KeyError, TypeError, ValueError) as exc:
+        except (KeyError, TypeError, ValueError, StructuredOutputError) as exc:
             raise LogitAdjustmentError(f"bad logit adjustments: {exc!r}") from exc
 
 
@@ -211,7 +239,8 @@ class AdjustmentPlan:
     ``stop_token_ids`` (what ``min_tokens`` masks) and ``bad_words_token_ids`` are
     the engine's resolution of the request's values (SamplingParams'
     ``all_stop_token_ids`` and ``bad_words_token_ids``); they are needed only
-    when the adjustments use min_tokens or bad words.
+    when the adjustments use min_tokens or bad words. ``token_masks`` is the
+    grammar's (required when the adjustments have a structured output).
     """
 
     def __init__(
@@ -225,14 +254,19 @@ class AdjustmentPlan:
         stop_token_ids: Sequence[int] = (),
         bad_words_token_ids: Sequence[Sequence[int]] = (),
         arithmetic: RepetitionArithmetic = RepetitionArithmetic.RECIPROCAL,
+        token_masks: TokenMasks | None = None,
     ) -> None:
         self.adjustments = a = adjustments
+        if (a.structured_output is None) != (token_masks is None):
+            raise LogitAdjustmentError("token masks go with a structured output, and only then")
+        self._token_masks = token_masks
         self.width = width
         self.device = device
         self.arithmetic = arithmetic
         prompt = np.asarray(prompt_ids, dtype=np.int64).reshape(-1)
         output = np.asarray(output_ids, dtype=np.int64).reshape(-1)
         self.n_out = int(output.size)
+        self._output = output
         stop = np.unique(np.asarray(stop_token_ids, dtype=np.int64))
         named = np.concatenate([prompt, output, stop, np.asarray(a.token_ids(), dtype=np.int64)])
         if named.size and (named.min() < 0 or named.max() >= width):
@@ -274,6 +308,8 @@ class AdjustmentPlan:
         if a.is_neutral or n == 0:
             return z
         x = z.to(device=self.device, dtype=torch.float32, copy=True)
+        if self._token_masks is not None:
+            self._token_masks.fill(x, start, self._output)
         if self._disallowed is not None:
             x.masked_fill_(self._disallowed, -math.inf)
         hit = (self._bad_rows >= start) & (self._bad_rows < start + n)

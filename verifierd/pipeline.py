@@ -617,7 +617,11 @@ def score_requests(
     Raises SamplingNotReproducibleError or EvidenceUnavailable."""
     api = record.api
     replay = request_replay(
-        api.sampling, commitment.generation_defaults, get_profile(commitment.sampler_profile)
+        api.sampling,
+        commitment.generation_defaults,
+        get_profile(commitment.sampler_profile),
+        structured_outputs=commitment.structured_outputs,
+        request_json=record.request.body.decode("utf-8", "replace") if record.request.body else None,
     )
     evidence = choice_evidence(record, commitment.serving)
     indices = tuple(c.index for c in sorted(api.choices, key=lambda c: c.index))

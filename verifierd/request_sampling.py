@@ -12,11 +12,19 @@ frequency and presence penalties, ``logit_bias``, ``min_tokens`` with
 ``stop_token_ids``, ``allowed_token_ids``, ``bad_words``) become the response's
 `LogitAdjustments`, which the scorer replays exactly (verifierd.logit_adjustments).
 
+A structured output (``response_format`` json_object / json_schema,
+``structured_outputs`` json / regex / choice / grammar) becomes the adjustments'
+`StructuredOutput` (verifierd.structured_outputs), read from the raw request
+body when there is one (a JSON schema's key order is its properties' order in
+the grammar); the engine rebuilds its grammar mask with the commitment's
+backend. One the commitment cannot replay (no backend committed, structural
+tags, another backend) is ``sampler_not_reproducible``.
+
 Every other request parameter is checked against an allowlist: a field this
 module does not know to be harmless, set to anything but its neutral value
-(structured output, tool_choice "required", beam search, custom logits
-processors through ``vllm_xargs``, thinking budgets, watermarking, ...), makes
-the record ``sampler_not_reproducible`` instead of risking a FAIL of honest traffic.
+(tool_choice "required", beam search, custom logits processors through
+``vllm_xargs``, thinking budgets, watermarking, ...), makes the record
+``sampler_not_reproducible`` instead of risking a FAIL of honest traffic.
 """
 
 from __future__ import annotations
@@ -34,6 +42,12 @@ from verifierd.difr import DifrError, SamplingSettings, reproducibility_problem
 from verifierd.errors import VerifierdError
 from verifierd.logit_adjustments import LogitAdjustmentError, LogitAdjustments
 from verifierd.samplers import SamplerProfile
+from verifierd.structured_outputs import (
+    StructuredOutput,
+    StructuredOutputError,
+    StructuredOutputsEngine,
+    structured_output,
+)
 from verifierd.verdicts import Reason
 
 #: Request fields that do not change which token the sampler picks (prompt
@@ -93,11 +107,13 @@ _HARMLESS = frozenset(
 #: Fields whose neutral value is not "absent/empty/false".
 _NEUTRAL: Mapping[str, Any] = {
     "tool_choice": ("none", "auto"),
-    "response_format": ({"type": "text"},),
     "best_of": (1,),
     "truncation": ("disabled",),
     "text": ({"format": {"type": "text"}},),
 }
+
+#: Fields read into the structured output.
+_STRUCTURED = frozenset({"response_format", "structured_outputs"})
 
 #: Fields read into LogitAdjustments (the penalties also have typed fields).
 _ADJUSTMENTS = frozenset(
@@ -145,11 +161,20 @@ def request_sampling(
 
 
 def request_replay(
-    sampling: record_pb2.SamplingParams, defaults: GenerationDefaults, profile: SamplerProfile
+    sampling: record_pb2.SamplingParams,
+    defaults: GenerationDefaults,
+    profile: SamplerProfile,
+    *,
+    structured_outputs: StructuredOutputsEngine | None = None,
+    request_json: str | None = None,
 ) -> RequestReplay:
     """The settings and logit adjustments the prover applied to a request (the same
-    for every choice), or SamplingNotReproducibleError saying why they cannot be replayed."""
+    for every choice), or SamplingNotReproducibleError saying why they cannot be replayed.
+
+    ``structured_outputs`` is the commitment's setting; ``request_json`` the raw
+    request body (None when the record did not keep it)."""
     params = _check_params(sampling.params_json)
+    constraint = _structured_output(params, structured_outputs, request_json)
 
     def pick(field: _FloatField, default: float) -> float:
         if sampling.HasField(field):
@@ -174,6 +199,7 @@ def request_replay(
             min_tokens=_count("min_tokens", params.get("min_tokens")),
             stop_token_ids=_ids("stop_token_ids", params.get("stop_token_ids")),
             bad_words=_words(params.get("bad_words")),
+            structured_output=constraint,
         )
     except LogitAdjustmentError as exc:
         raise SamplingNotReproducibleError(Reason.SAMPLER_NOT_REPRODUCIBLE, str(exc)) from exc
@@ -215,7 +241,9 @@ def _check_params(params_json: str) -> dict[str, Any]:
             Reason.SAMPLER_NOT_REPRODUCIBLE, "request parameters are not a JSON object"
         )
     for key, value in sorted(params.items()):
-        if key in _HARMLESS or key in _ADJUSTMENTS or value in (None, False, "", [], {}):
+        if key in _HARMLESS or key in _ADJUSTMENTS or key in _STRUCTURED:
+            continue
+        if value in (None, False, "", [], {}):
             continue
         if value in _NEUTRAL.get(key, ()):
             continue
@@ -231,6 +259,35 @@ def _check_params(params_json: str) -> dict[str, Any]:
             detail = f"request parameter {key}={json.dumps(value)[:80]} changes what is sampled"
         raise SamplingNotReproducibleError(Reason.SAMPLER_NOT_REPRODUCIBLE, detail)
     return params
+
+
+def _structured_output(
+    params: Mapping[str, Any],
+    engine: StructuredOutputsEngine | None,
+    request_json: str | None,
+) -> StructuredOutput | None:
+    """The request's grammar constraint, read in the raw body's key order."""
+    if not any(params.get(key) is not None for key in _STRUCTURED):
+        return None
+    request: Any = params
+    if request_json is not None:
+        try:
+            request = json.loads(request_json)
+        except json.JSONDecodeError as exc:
+            raise _refuse(f"the request body does not parse: {exc}") from exc
+        if not isinstance(request, dict):
+            raise _refuse("the request body is not a JSON object")
+    try:
+        constraint = structured_output(request, engine)
+    except StructuredOutputError as exc:
+        raise _refuse(str(exc)) from exc
+    if (
+        constraint is not None
+        and request_json is None
+        and isinstance(constraint.params().get("json"), dict)
+    ):
+        raise _refuse("the request body was not kept: the JSON schema's key order is unknown")
+    return constraint
 
 
 def _refuse(detail: str) -> SamplingNotReproducibleError:

@@ -68,6 +68,9 @@ class Reason(StrEnum):
     USAGE_MISMATCH = "usage_mismatch"
     #: The Token-DiFR score is over the threshold.
     SCORE_OVER_THRESHOLD = "score_over_threshold"
+    #: The output leaves the request's grammar (structured output): a sampler under
+    #: that grammar could not have produced it.
+    GRAMMAR_VIOLATION = "grammar_violation"
     #: The response's logprobs do not name the tokens the client saw, or their
     #: values differ from the verifier's beyond the calibrated tolerance.
     LOGPROBS_MISMATCH = "logprobs_mismatch"

@@ -68,9 +68,9 @@ def test_greedy_profile_cannot_verify_sampling() -> None:
 @pytest.mark.parametrize(
     ("fields", "needle"),
     [
-        ({"extra": {"response_format": {"type": "json_object"}}}, "response_format"),
+        ({"extra": {"response_format": {"type": "json_object"}}}, "structured-output backend"),
         ({"extra": {"tool_choice": "required"}}, "tool_choice"),
-        ({"extra": {"structured_outputs": {"regex": "a+"}}}, "structured_outputs"),
+        ({"extra": {"structured_outputs": {"regex": "a+"}}}, "structured-output backend"),
         ({"extra": {"use_beam_search": True}}, "beam search"),
         ({"extra": {"guided_regex": "a+"}}, "guided_regex"),
         ({"extra": {"vllm_xargs": {"my_logits_processor": 1}}}, "vllm_xargs"),

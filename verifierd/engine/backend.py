@@ -86,6 +86,7 @@ from verifierd.difr import (
     reproducibility_problem,
 )
 from verifierd.engine.evidence_scoring import EvidenceResolver, PassInput, Resolution
+from verifierd.engine.grammar import server_params
 from verifierd.engine.placement import cpu_thread_binding
 from verifierd.engine.scoring_job import JobOutcome, JobSpec
 from verifierd.errors import VerifierdError
@@ -349,7 +350,8 @@ class EngineBackend:
         evidence_at = [i for i, r in enumerate(requests) if r.evidence is not None]
         if evidence_at:
             evidence = [e for i in evidence_at if (e := requests[i].evidence) is not None]
-            resolved = self._evidence.resolve(evidence, run_passes)
+            structured = [requests[i].adjustments.structured_output for i in evidence_at]
+            resolved = self._evidence.resolve(evidence, run_passes, structured)
             for i, resolution in zip(evidence_at, resolved, strict=True):
                 resolutions[i] = resolution
         ids = [
@@ -501,6 +503,9 @@ class EngineBackend:
                     min_tokens=a.min_tokens,
                     stop_token_ids=list(a.stop_token_ids) or None,
                     bad_words=list(a.bad_words) or None,
+                    structured_outputs=(
+                        None if a.structured_output is None else server_params(a.structured_output)
+                    ),
                 )
             )
         prompts = [{"prompt_token_ids": list(r.prompt_token_ids)} for r in requests]

@@ -11,6 +11,13 @@ For each `ScoreRequest` carrying `ChoiceEvidence`:
    requests of a batch sharing each engine pass; the found ids pass the same
    checks as claimed ones would.
 
+A request with a structured output has its grammar rebuilt
+(verifierd.engine.grammar) from the same request: the received text must stay
+inside it before any search (else FAIL ``grammar_violation``), and so must the
+claimed or found ids, end token included; a grammar the engine cannot rebuild is
+UNVERIFIABLE. The scoring passes apply its mask, so the search adopts only
+tokens the grammar allows.
+
 On a server with a reasoning or tool parser (the commitment's serving flags)
 the ids spell the model's raw output, not the text: claimed ids must decode to
 a raw output that vLLM's parser reads as exactly the content, reasoning and
@@ -33,6 +40,13 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from verifierd.engine.grammar import (
+    Grammar,
+    GrammarCompiler,
+    GrammarError,
+    describe_violation,
+    server_params,
+)
 from verifierd.evidence import search
 from verifierd.evidence.claims import (
     Finding,
@@ -43,6 +57,7 @@ from verifierd.evidence.claims import (
 )
 from verifierd.evidence.client_view import ChoiceEvidence
 from verifierd.evidence.vllm_views import (
+    REPLACEMENT,
     ByteLevelText,
     DecodedOutput,
     RenderedRequest,
@@ -52,6 +67,7 @@ from verifierd.evidence.vllm_views import (
     end_tokens,
     render_request,
 )
+from verifierd.structured_outputs import StructuredOutput
 from verifierd.verdicts import Reason
 
 
@@ -117,15 +133,20 @@ class EvidenceResolver:
         self._width = width
         self._max_model_len = max_model_len
         self._vocabularies: dict[bool, ByteLevelText] = {}
+        self._grammars: GrammarCompiler | None = None
 
     def resolve(
-        self, evidence: Sequence[ChoiceEvidence], run_passes: PassRunner
+        self,
+        evidence: Sequence[ChoiceEvidence],
+        run_passes: PassRunner,
+        structured: Sequence[StructuredOutput | None] = (),
     ) -> list[Resolution]:
-        """One Resolution per evidence, in order."""
+        """One Resolution per evidence, in order; ``structured``: each request's
+        structured output (none when empty)."""
         out: list[Resolution | None] = [None] * len(evidence)
         searching: list[tuple[int, search.SearchState, _Context]] = []
         for i, ev in enumerate(evidence):
-            prepared = self._prepare(ev)
+            prepared = self._prepare(ev, structured[i] if structured else None)
             if isinstance(prepared, Resolution):
                 out[i] = prepared
                 continue
@@ -170,7 +191,9 @@ class EvidenceResolver:
             raw=state.text,
         )
 
-    def _prepare(self, ev: ChoiceEvidence) -> _Context | Resolution:
+    def _prepare(
+        self, ev: ChoiceEvidence, structured: StructuredOutput | None
+    ) -> _Context | Resolution:
         try:
             rendered = render_request(self._llm, ev.dialect, ev.request_json, ev.serving)
         except RenderError as exc:
@@ -191,7 +214,48 @@ class EvidenceResolver:
         if isinstance(finish, Finding):
             return Resolution(prompt, (), finish)
         rules = FinishRules(finish, ev.claimed_stop, ends, length, rendered.ignore_eos)
-        return _Context(prompt, rendered, rules)
+        grammar = self._grammar(structured, rendered.params.structured_outputs, ends)
+        if isinstance(grammar, Finding):
+            return Resolution(prompt, (), grammar)
+        return _Context(prompt, rendered, rules, grammar)
+
+    def _grammar(
+        self, structured: StructuredOutput | None, server: Any, ends: frozenset[int]
+    ) -> Grammar | Finding | None:
+        """The request's grammar, compiled as the prover's engine did; ``server`` is
+        what vLLM's own request model made of the request (they must agree)."""
+        if structured is None and server is None:
+            return None
+        try:
+            if structured is None or server_params(structured) != server:
+                raise GrammarError("vLLM reads another structured output from the request")
+            if self._grammars is None:
+                config = self._llm.llm_engine.vllm_config
+                self._grammars = GrammarCompiler(config, self._llm.get_tokenizer(), self._width)
+            return self._grammars.compile(structured, sorted(ends))
+        except GrammarError as exc:
+            return Finding(Reason.SAMPLER_NOT_REPRODUCIBLE, str(exc))
+
+    def _text_outside_grammar(self, text: str, ctx: _Context) -> Resolution | None:
+        """A FAIL when the received text leaves the grammar, whatever its tokens.
+
+        The grammar reads bytes, so one tokenization of the text decides for all;
+        skipped where the text holds U+FFFD or spells an added token (its bytes
+        are then not known, or the tokenizer would read a special token)."""
+        grammar = ctx.grammar
+        if grammar is None or REPLACEMENT in text:
+            return None
+        tokenizer = self._llm.get_tokenizer()
+        ids = [int(i) for i in tokenizer.encode(text, add_special_tokens=False)]
+        if set(ids) & set(tokenizer.get_added_vocab().values()):
+            return None
+        at = grammar.first_violation(ids)
+        if at is None:
+            return None
+        detail = "the received text leaves the request's grammar: " + describe_violation(
+            tokenizer, ids, at
+        )
+        return Resolution(ctx.prompt, (), Finding(Reason.GRAMMAR_VIOLATION, detail))
 
     def _initial_states(
         self, ev: ChoiceEvidence, ctx: _Context
@@ -219,6 +283,9 @@ class EvidenceResolver:
     def _initial_state(
         self, ev: ChoiceEvidence, ctx: _Context, text: str
     ) -> search.SearchState | Resolution:
+        outside = self._text_outside_grammar(ev.text, ctx)
+        if outside is not None:
+            return outside
         tokenizer = self._llm.get_tokenizer()
         if not ByteLevelText.supports(tokenizer):
             detail = "no token ids claimed and the committed tokenizer is not byte-level"
@@ -295,6 +362,11 @@ class EvidenceResolver:
         if finding is None and len(ctx.prompt) + len(output) > self._max_model_len:
             detail = f"{len(ctx.prompt) + len(output)} tokens exceed max_model_len"
             finding = Finding(Reason.TOKENS_UNAVAILABLE, detail)
+        if finding is None and ctx.grammar is not None:
+            at = ctx.grammar.first_violation(output)
+            if at is not None:
+                detail = describe_violation(tokenizer, output, at)
+                finding = Finding(Reason.GRAMMAR_VIOLATION, detail)
         return Resolution(ctx.prompt, output, finding, margins, restarts, searched)
 
 
@@ -342,3 +414,4 @@ class _Context:
     prompt: tuple[int, ...]
     rendered: RenderedRequest
     rules: FinishRules
+    grammar: Grammar | None = None

@@ -33,6 +33,7 @@ from verifierd.logit_adjustments import (
     AdjustmentPlan,
     LogitAdjustmentError,
     LogitAdjustments,
+    TokenMasks,
     repetition_arithmetic,
 )
 from verifierd.samplers import NoiseStream, get_profile
@@ -166,7 +167,8 @@ class ScoringJob:
 
     ``stop_token_ids`` and ``bad_words_token_ids`` are the engine's resolution of
     the spec's min_tokens stop ids (with the model's EOS ids) and bad words
-    (tokenized), as vLLM's SamplingParams holds them.
+    (tokenized), as vLLM's SamplingParams holds them; ``token_masks`` the request's
+    grammar masks (verifierd.engine.grammar) when it has a structured output.
     """
 
     def __init__(
@@ -177,8 +179,10 @@ class ScoringJob:
         *,
         stop_token_ids: Sequence[int] = (),
         bad_words_token_ids: Sequence[Sequence[int]] = (),
+        token_masks: TokenMasks | None = None,
     ) -> None:
         self.spec = spec
+        self._token_masks = token_masks
         self._stop_token_ids = tuple(stop_token_ids)
         self._bad_words_token_ids = tuple(tuple(w) for w in bad_words_token_ids)
         self._plan: AdjustmentPlan | None = None
@@ -287,6 +291,7 @@ class ScoringJob:
             stop_token_ids=self._stop_token_ids,
             bad_words_token_ids=self._bad_words_token_ids,
             arithmetic=repetition_arithmetic(z.device, spec.profile),
+            token_masks=self._token_masks,
         )
 
     def outcome(self) -> JobOutcome:

@@ -15,7 +15,10 @@ original unchanged (such requests ask for no prompt logprobs, so the original
 does nothing for them). Margins wait in the worker until ``veritap_take``.
 The job also gets vLLM's resolution of the request's min_tokens stop ids (EOS
 included) and bad words (tokenized) from the request's SamplingParams, which the
-backend fills with the prover's values for exactly that.
+backend fills with the prover's values for exactly that. A job whose adjustments
+carry a structured output gets the request's grammar masks
+(verifierd.engine.grammar), compiled in the worker with this engine's tokenizer
+and the stop ids vLLM resolved for the request.
 
 This depends on vLLM internals by name: `install` fails loudly on an engine
 whose runner lacks them (e.g. Model Runner V2, which the backend turns off).
@@ -29,6 +32,7 @@ from typing import Any
 
 import torch
 
+from verifierd.engine.grammar import GrammarCompiler, GrammarError, GrammarMasks
 from verifierd.engine.scoring_job import JobSpec, OutcomeTuple, ScoringJob, ScoringJobError
 from verifierd.errors import VerifierdError
 
@@ -48,6 +52,7 @@ class PrefillScoringHook:
         self._runner = runner
         self._original = original
         self.jobs: dict[str, ScoringJob] = {}
+        self._grammars: GrammarCompiler | None = None
 
     def __call__(self, hidden_states: torch.Tensor, num_scheduled_tokens: dict[str, int]) -> Any:
         runner = self._runner
@@ -72,6 +77,7 @@ class PrefillScoringHook:
                     runner.device,
                     stop_token_ids=sorted(params.all_stop_token_ids),
                     bad_words_token_ids=params.bad_words_token_ids or (),
+                    token_masks=self._grammar_masks(spec, params.all_stop_token_ids),
                 )
             start = state.num_computed_tokens
             if job.done or start >= state.num_prompt_tokens:
@@ -84,6 +90,25 @@ class PrefillScoringHook:
                 runner.model.compute_logits,
             )
         return self._original(hidden_states, num_scheduled_tokens)
+
+    def _grammar_masks(self, spec: JobSpec, stop_token_ids: Any) -> GrammarMasks | None:
+        """The job's grammar masks (None without a structured output, or when the grammar
+        cannot be rebuilt: the job then fails, naming the missing masks)."""
+        structured = spec.adjustments.structured_output
+        if structured is None:
+            return None
+        if self._grammars is None:
+            from vllm.tokenizers import cached_tokenizer_from_config
+
+            runner = self._runner
+            tokenizer = cached_tokenizer_from_config(model_config=runner.model_config)
+            vocab = runner.model_config.get_vocab_size()
+            self._grammars = GrammarCompiler(runner.vllm_config, tokenizer, vocab)
+        try:
+            return GrammarMasks(self._grammars.compile(structured, sorted(stop_token_ids)))
+        except GrammarError:
+            log.exception("grammar not rebuilt", extra={"job_id": spec.job_id})
+            return None
 
 
 class VeritapWorkerExtension:

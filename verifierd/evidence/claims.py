@@ -50,6 +50,7 @@ FAIL_REASONS = frozenset(
         Reason.TOKEN_TEXT_MISMATCH,
         Reason.FINISH_MISMATCH,
         Reason.USAGE_MISMATCH,
+        Reason.GRAMMAR_VIOLATION,
         Reason.LOGPROBS_MISMATCH,
     }
 )

@@ -1,0 +1,189 @@
+"""Structured outputs read from a request as vLLM's server reads them, the committed
+backend setting, and how a replay carries them (no engine)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from veritap.v1 import record_pb2
+
+from tests.cpu_bound import budget, cpu_bound
+from tests.verifierd.commitment_fixtures import commit, make_model_dir
+from verifierd.commitments import CommitmentError, GenerationDefaults, parse_commitment
+from verifierd.logit_adjustments import LogitAdjustments
+from verifierd.request_sampling import SamplingNotReproducibleError, request_replay
+from verifierd.samplers import get_profile
+from verifierd.structured_outputs import (
+    StructuredOutputError,
+    StructuredOutputsEngine,
+    structured_output,
+    structured_output_params,
+)
+from verifierd.verdicts import Reason
+
+ENGINE = StructuredOutputsEngine.installed()
+SCHEMA = {"type": "object", "properties": {"z": {"type": "string"}, "a": {"type": "integer"}}}
+MESSAGES = [{"role": "user", "content": "hi"}]
+
+SERVER_CASES: list[dict[str, Any]] = [
+    {},
+    {"response_format": {"type": "text"}},
+    {"response_format": {"type": "json_object"}},
+    {"response_format": {"type": "json_schema", "json_schema": {"name": "s", "schema": SCHEMA}}},
+    {"structured_outputs": {"regex": "[a-z]+"}},
+    {"structured_outputs": {"choice": ["yes", "no"]}},
+    {"structured_outputs": {"grammar": 'root ::= "x"'}},
+    {"structured_outputs": {"json": SCHEMA, "disable_any_whitespace": True}},
+    {
+        "structured_outputs": {"regex": "a", "whitespace_pattern": " ?"},
+        "response_format": {"type": "text"},
+    },
+]
+
+
+@pytest.mark.parametrize("extra", SERVER_CASES)
+def test_the_params_are_those_vllms_server_derives(extra: dict[str, Any]) -> None:
+    pytest.importorskip("vllm")
+    from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
+    from vllm.sampling_params import StructuredOutputsParams
+
+    request = {"model": "m", "messages": MESSAGES, **extra}
+    server = ChatCompletionRequest.model_validate(request).extract_structured_outputs()
+    fields = structured_output_params(request)
+    ours = None if fields is None else StructuredOutputsParams(**fields)
+    assert ours == server
+    if server is not None and isinstance(server.json, dict):
+        assert list(fields["json"]["properties"]) == ["z", "a"]  # type: ignore[index]
+
+
+@pytest.mark.parametrize(
+    ("request_fields", "needle"),
+    [
+        ({"response_format": {"type": "structural_tag", "format": {}}}, "structural tags"),
+        ({"structured_outputs": {"structural_tag": "{}"}}, "structural tags"),
+        ({"structured_outputs": {"regex": "a", "choice": ["a"]}}, "exactly one"),
+        ({"structured_outputs": {"disable_any_whitespace": True}}, "exactly one"),
+        ({"structured_outputs": {"regex": "a", "_backend": "guidance"}}, "unknown fields"),
+        ({"structured_outputs": "a+"}, "not an object"),
+        ({"response_format": {"type": "json_schema", "json_schema": {"name": "s"}}}, "no schema"),
+        ({"response_format": {"type": "xml"}}, "unknown"),
+        ({"response_format": ["json_object"]}, "not an object"),
+    ],
+)
+def test_constraints_not_replayed_are_refused(request_fields: dict[str, Any], needle: str) -> None:
+    with pytest.raises(StructuredOutputError, match=needle):
+        structured_output(request_fields, ENGINE)
+
+
+def test_a_constraint_needs_a_committed_backend() -> None:
+    assert structured_output({"response_format": {"type": "text"}}, None) is None
+    with pytest.raises(StructuredOutputError, match="names no structured-output backend"):
+        structured_output({"response_format": {"type": "json_object"}}, None)
+    with pytest.raises(StructuredOutputError, match="not replayed"):
+        structured_output(
+            {"structured_outputs": {"regex": "a"}}, replace(ENGINE, backend="outlines")
+        )
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=8),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4)
+    ),
+    max_leaves=20,
+)
+structured_keys = st.sampled_from(
+    ["json", "regex", "choice", "grammar", "json_object", "structural_tag", "type", "schema", "x"]
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.dictionaries(
+        st.sampled_from(["response_format", "structured_outputs", "model"]),
+        json_values | st.dictionaries(structured_keys, json_values, max_size=4),
+        max_size=3,
+    )
+)
+def test_any_request_gives_a_constraint_or_a_clear_refusal(request: dict[str, Any]) -> None:
+    with cpu_bound(budget(len(json.dumps(request)))):
+        try:
+            fields = structured_output_params(request)
+        except StructuredOutputError as exc:
+            assert str(exc)
+            return
+    assert fields is None or isinstance(fields, dict)
+
+
+def test_the_engine_setting_round_trips_and_checks_versions() -> None:
+    assert StructuredOutputsEngine.from_json(ENGINE.to_json()) == ENGINE
+    assert ENGINE.replay_problem("xgrammar") is None
+    assert "fell back to 'guidance'" in str(ENGINE.replay_problem("guidance"))
+    assert replace(ENGINE, backend="guidance").replay_problem("guidance") is None
+    old = replace(ENGINE, libraries=(("xgrammar", "0.1.0"),))
+    assert "names 0.1.0" in str(old.replay_problem("xgrammar"))
+    assert "not replayed" in str(replace(ENGINE, backend="outlines").replay_problem("outlines"))
+    for bad in ({}, {**ENGINE.to_json(), "backend": 3}, {**ENGINE.to_json(), "libraries": [1]}):
+        with pytest.raises(StructuredOutputError):
+            StructuredOutputsEngine.from_json(bad)
+
+
+def test_commitments_record_the_backend_and_older_files_keep_their_ids(tmp_path: Path) -> None:
+    model = make_model_dir(tmp_path / "m")
+    new = commit(model)
+    assert new.structured_outputs == ENGINE
+    assert parse_commitment(new.to_json()) == new
+    old = replace(new, structured_outputs=None)
+    body = json.loads(old.to_json())
+    assert "structured_outputs" not in body
+    reloaded = parse_commitment(old.to_json())
+    assert reloaded.structured_outputs is None
+    assert reloaded.commitment_id == old.commitment_id != new.commitment_id
+    body = json.loads(new.to_json())
+    body["structured_outputs"]["backend"] = 7
+    with pytest.raises(CommitmentError, match="wrong type"):
+        parse_commitment(json.dumps(body))
+
+
+def _replay(body: dict[str, Any], *, raw: bool = True) -> Any:
+    msg = record_pb2.SamplingParams(temperature=0.0)
+    msg.params_json = json.dumps(body, sort_keys=True)
+    return request_replay(
+        msg,
+        GenerationDefaults(),
+        get_profile("vllm-cpu-splitmix"),
+        structured_outputs=ENGINE,
+        request_json=json.dumps({"messages": MESSAGES, **body}) if raw else None,
+    )
+
+
+def test_the_replay_carries_the_constraint_in_the_raw_key_order() -> None:
+    body = {
+        "response_format": {"type": "json_schema", "json_schema": {"name": "s", "schema": SCHEMA}}
+    }
+    constraint = _replay(body).adjustments.structured_output
+    assert constraint is not None and constraint.engine == ENGINE
+    assert list(constraint.params()["json"]["properties"]) == ["z", "a"]
+    adjustments = _replay(body).adjustments
+    assert not adjustments.is_neutral
+    assert LogitAdjustments.from_json(adjustments.to_json()) == adjustments
+    assert _replay({"structured_outputs": {"regex": "a+"}}, raw=False).adjustments.structured_output
+
+
+def test_a_schema_without_the_raw_body_is_not_replayed() -> None:
+    body = {"structured_outputs": {"json": SCHEMA}}
+    with pytest.raises(SamplingNotReproducibleError, match="key order") as info:
+        _replay(body, raw=False)
+    assert info.value.reason is Reason.SAMPLER_NOT_REPRODUCIBLE
+
+
+def test_adjustments_written_before_structured_outputs_still_load() -> None:
+    data = LogitAdjustments(min_tokens=2).to_json()
+    del data["structured_output"]
+    assert LogitAdjustments.from_json(data) == LogitAdjustments(min_tokens=2)
