@@ -41,6 +41,13 @@ class Gateway:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
+    def worker_cpu_s(self) -> float:
+        """CPU seconds used so far by the nginx workers: their time on a CPU, user and
+        system, to the nanosecond (/proc/PID/schedstat)."""
+        children = Path(f"/proc/{self.pid}/task/{self.pid}/children").read_text().split()
+        stats = (Path(f"/proc/{pid}/schedstat").read_text() for pid in children)
+        return sum(int(stat.split()[0]) for stat in stats) / 1e9
+
 
 def nginx_config(work: Path, http: str) -> str:
     """A whole nginx.conf whose files are under ``work``, with ``http`` in its http block."""
