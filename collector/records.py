@@ -335,7 +335,10 @@ def _fill_response(out: record_pb2.HttpResponse, message: ResponseMessage) -> li
     first = message.first_byte_ns
     events = message.sse_events
     out.sse_arrival_offsets_ns.extend(
-        max(0, event.arrival_ns - first) for event in events[:STORED_SSE_EVENTS]
+        [
+            arrival - first if arrival > first else 0
+            for arrival, _, _, _ in events[:STORED_SSE_EVENTS]
+        ]
     )
     if len(events) > STORED_SSE_EVENTS:
         cuts.append(f"arrival times kept for {STORED_SSE_EVENTS} of {len(events)} SSE events")

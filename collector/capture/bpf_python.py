@@ -79,8 +79,10 @@ def compile_program(program: Sequence[Instruction], offset: int) -> CompiledFilt
     emitter = _Emitter(program, offset)
     body = emitter.emit(0, _State("0", offset), 1)
     lines = ["def bpf_program(p):", " m = len(p)", " X = 0"]
-    if any(_uses_memory(code) for code, _jt, _jf, _k in program):
-        lines.append(f" M = [0] * {_MEMWORDS}")
+    # The scratch slots the program reads or writes, as locals (no list per packet).
+    slots = sorted({k for code, _jt, _jf, k in program if _uses_memory(code)})
+    if slots:
+        lines.append(" " + " = ".join(f"M{k}" for k in slots) + " = 0")
     namespace: dict[str, object] = {}
     source = "\n".join([*lines, *(" " + line for line in body)])
     exec(compile(source, "<bpf program>", "exec"), namespace)
@@ -186,7 +188,7 @@ class _Emitter:
             state = self._materialize(out, state)
         if kind in (_ST, _STX):
             _check_slot(pc, k)
-            self._add(out, f"M[{k}] = {state.a if kind == _ST else 'X'}")
+            self._add(out, f"M{k} = {state.a if kind == _ST else 'X'}")
             return state
         if kind == _MISC and code & 0xF8 == _TAX:
             self._add(out, f"X = {state.a}")
@@ -206,7 +208,7 @@ class _Emitter:
             return replace(state, a=f"(m - {self.offset})")
         if mode == _MEM:
             _check_slot(pc, k)
-            return replace(state, a=f"M[{k}]")
+            return replace(state, a=f"M{k}")
         at = self.offset + k
         if mode == _ABS:
             state = self._need(out, state, at + size)
@@ -226,7 +228,7 @@ class _Emitter:
             value = f"m - {self.offset}"
         elif mode == _MEM:
             _check_slot(pc, k)
-            value = f"M[{k}]"
+            value = f"M{k}"
         elif mode == _MSH and code & 0x18 == 0x10:
             state = self._need(out, state, self.offset + k + 1)
             value = f"(p[{self.offset + k}] & 15) << 2"

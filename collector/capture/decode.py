@@ -187,15 +187,20 @@ class FrameDecoder:
                 data = 34 + (off >> 4) * 4
                 if data >= 54 and data <= end:
                     if self.verify:
-                        # The IPv4 header, then the pseudo-header's addresses and the
-                        # segment (contiguous here) as one integer padded to whole words.
+                        # The datagram as one integer: its top 20 bytes are the IPv4
+                        # header, whose words must sum to 0; then the whole sums to the
+                        # segment alone (times 256 when padded to whole words), and the
+                        # header's last 8 bytes are the pseudo-header's addresses.
                         # 0xFFFF is _SUM_MODULUS, a constant instead of a global lookup.
-                        if int.from_bytes(frame[14:34]) % 0xFFFF:
+                        datagram = int.from_bytes(frame[14:end])
+                        header = datagram >> ((total - 20) << 3)
+                        if header % 0xFFFF:
                             return self._slow(ts_ns, frame, vlans)
-                        words = int.from_bytes(frame[26:end])
+                        segment = datagram % 0xFFFF
                         if total & 1:
-                            words <<= 8
-                        if (words + IPPROTO_TCP + total - 20) % 0xFFFF:
+                            segment <<= 8
+                        addresses = header & 0xFFFFFFFFFFFFFFFF
+                        if (segment + addresses + IPPROTO_TCP + total - 20) % 0xFFFF:
                             return self._slow(ts_ns, frame, vlans)
                     stats.segments += 1
                     return _new_segment(

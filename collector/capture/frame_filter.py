@@ -89,6 +89,8 @@ class FrameFilter:
         self.expression = expression
         self._program = compile_filter(expression, "RAW")
         self._by_offset: dict[int, CompiledFilter] = {}
+        # The program for untagged Ethernet frames, the common case (None: interpreted).
+        self._ethernet: CompiledFilter | None = None
         try:
             self._by_offset[0] = compile_program(self._program, 0)
         except UncompilableProgramError:
@@ -96,12 +98,18 @@ class FrameFilter:
             self._compiled = False
         else:
             self._compiled = True
+            self._ethernet = self._by_offset[14] = compile_program(self._program, 14)
         self.rejected = 0
 
     def matches(self, linktype: int, frame: bytes) -> bool:
         """Whether the kernel filter `run` attaches would accept this frame's packet."""
-        found = 14 if linktype == DLT_EN10MB and frame[12:14] in _ETHERNET_IP else None
-        offset = found if found is not None else network_offset(linktype, frame)
+        ethernet = self._ethernet
+        if ethernet is not None and linktype == DLT_EN10MB and frame[12:14] in _ETHERNET_IP:
+            if ethernet(frame):
+                return True
+            self.rejected += 1
+            return False
+        offset = network_offset(linktype, frame)
         if offset is None:
             self.rejected += 1
             return False

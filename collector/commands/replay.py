@@ -202,20 +202,22 @@ def _replay(
             first_ts: int | None = None
             frame_fn = pipeline.frame
             matches = frame_filter.matches if frame_filter is not None else None
+            paced = args.realtime or show
             try:
-                for count, (ts, linktype, data, _wire) in enumerate(reader.frames(), 1):
-                    if args.realtime:
-                        if first_ts is None:
-                            first_ts = ts
-                        delay = (ts - first_ts) / 1e9 - (time.perf_counter() - started)
-                        if delay > 0:
-                            time.sleep(delay)
+                for ts, linktype, data, _wire in reader.frames():
+                    if paced:
+                        if args.realtime:
+                            if first_ts is None:
+                                first_ts = ts
+                            delay = (ts - first_ts) / 1e9 - (time.perf_counter() - started)
+                            if delay > 0:
+                                time.sleep(delay)
+                        if show and not reader.frames_read & 0x3FFF:
+                            progress.update(
+                                task, completed=reader.position, records=pipeline.summary().records
+                            )
                     if matches is None or matches(linktype, data):
                         frame_fn(ts, linktype, data)
-                    if show and not count & 0x3FFF:
-                        progress.update(
-                            task, completed=reader.position, records=pipeline.summary().records
-                        )
             except CaptureError as exc:
                 damage = f"{exc}; stopped after {reader.frames_read} packets"
             pipeline.finish()

@@ -25,6 +25,8 @@ MAX_SIZE_DIGITS = 16
 _HEX_DIGITS = b"0123456789abcdefABCDEF"
 # No nested repetition: matching is linear in the line (and a line is at most 16 KiB).
 _SIZE_LINE = re.compile(rb"([0-9A-Fa-f]{1,%d})[ \t]*(?:;[^\r]*)?\r?\n" % MAX_SIZE_DIGITS)
+# The line servers send (digits, CRLF), matched in place: a line `_SIZE_LINE` reads alike.
+_PLAIN_SIZE_LINE = re.compile(rb"([0-9A-Fa-f]{1,%d})\r\n" % MAX_SIZE_DIGITS).match
 _NOT_A_LINE = -1
 
 
@@ -41,17 +43,15 @@ def chunk_size(line: bytes) -> int | None:
 class ChunkFramer:
     """Feed wire bytes of a chunked body; `advance` stops at the body's end."""
 
-    __slots__ = ("_line", "_need", "_state", "wire_bytes")
+    __slots__ = ("_line", "_need", "_state", "done", "wire_bytes")
 
     def __init__(self) -> None:
         self._state = _SIZE
         self._need = 0
         self._line = b""
         self.wire_bytes = 0
-
-    @property
-    def done(self) -> bool:
-        return self._state == _DONE
+        #: The body's last byte was consumed.
+        self.done = False
 
     def advance(self, data: bytes, pos: int) -> int:
         """Consume from `pos`; returns the position after the last byte that belongs to the body."""
@@ -69,6 +69,16 @@ class ChunkFramer:
                 pos += need
                 state = _SIZE
                 continue
+            if state == _SIZE and not self._line:
+                plain = _PLAIN_SIZE_LINE(data, pos)
+                if plain is not None:
+                    pos = plain.end()
+                    chunk = int(plain[1], 16)
+                    if chunk:
+                        state, need = _DATA, chunk + 2
+                    else:
+                        state = _TRAILER
+                    continue
             newline = data.find(b"\n", pos, pos + MAX_LINE_BYTES + 1 - len(self._line))
             if newline < 0:
                 self._line += data[pos : pos + MAX_LINE_BYTES + 1]
@@ -91,6 +101,7 @@ class ChunkFramer:
                 state = _DONE
         self._state = state
         self._need = need
+        self.done = state == _DONE
         self.wire_bytes += pos - start
         return pos
 

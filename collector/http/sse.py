@@ -82,11 +82,17 @@ class SseParser:
             and not (self._after_cr or self._overlong or self._dropping)
             and len(data) - 2 <= self._max_line
         ):
-            # The common piece, one event of one data line, as the general path reads it.
+            # The common piece, one event of one data line, as the general path and
+            # `_dispatch` read it (nothing is pending, so no event name and no drop).
             self._started = True
-            self._event_ts = max(self._event_ts, ts_ns)
-            self._data = [data[6:-2]]
-            self._dispatch()
+            events = self.events
+            if len(events) >= self._max_events:
+                self.dropped_events += 1
+            else:
+                arrival = self._event_ts if self._event_ts > ts_ns else ts_ns
+                text = data[6:-2].decode("utf-8", "replace")
+                events.append(_new_event(SseEvent, (arrival, "", text, self._last_id)))
+            self._event_ts = 0
             return
         self.simple = False
         if len(data) <= self._max_line:

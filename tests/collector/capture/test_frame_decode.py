@@ -186,3 +186,56 @@ def test_mutated_frames_never_raise_and_decode_in_bounded_time(
             stats = decoder.stats
             assert stats.frames == 1
             assert (seg is None) != (stats.segments == 1)
+
+
+def _ones_complement_ok(data: bytes) -> bool:
+    """RFC 1071: the 16-bit words (the last padded with a zero byte) sum to 0xFFFF."""
+    padded = data + b"\x00" * (len(data) & 1)
+    total = sum(struct.unpack(f"!{len(padded) // 2}H", padded))
+    while total > 0xFFFF:
+        total = (total & 0xFFFF) + (total >> 16)
+    return total == 0xFFFF
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    payload=st.binary(max_size=1500),
+    edits=st.lists(st.tuples(st.integers(0, 1600), st.integers(0, 0xFFFF)), max_size=3),
+)
+def test_checksum_verification_agrees_with_rfc_1071(
+    payload: bytes, edits: list[tuple[int, int]]
+) -> None:
+    """Edits that may compensate each other (an IP header word up, a segment word down)
+    are caught exactly as the RFC's word-by-word sums catch them."""
+    data = bytearray(frame(Conversation(), Packet(1.5, 0, 1234, 99, 0x18, payload)))
+    for at, delta in edits:
+        word = 14 + at % (len(data) - 14 - 1)
+        value = (struct.unpack_from("!H", data, word)[0] + delta) & 0xFFFF
+        struct.pack_into("!H", data, word, value)
+    ip = bytes(data[14:34])
+    total = struct.unpack_from("!H", ip, 2)[0]
+    segment = bytes(data[34 : 14 + total])
+    pseudo = ip[12:20] + struct.pack("!HH", 6, len(segment))
+    decoder = FrameDecoder(1)
+    seg = decoder.decode(0, bytes(data))
+    if ip[0] == 0x45 and ip[9] == 6 and 40 <= total <= len(data) - 14:
+        if _ones_complement_ok(ip) and _ones_complement_ok(pseudo + segment):
+            assert decoder.stats.bad_ip_checksum == decoder.stats.bad_tcp_checksum == 0
+        else:
+            assert seg is None
+
+
+@pytest.mark.parametrize("payload", [PAYLOAD, PAYLOAD + b"!"], ids=["even", "odd"])
+@pytest.mark.parametrize("header_word", [2, 4, 6, 8])  # id, TTL, source, destination
+def test_a_bad_ip_header_checksum_compensated_in_the_segment_is_caught(
+    payload: bytes, header_word: int
+) -> None:
+    """An IPv4 header word raised and a segment word lowered by as much: the sum over the
+    whole datagram is unchanged, but the header's own sum is not."""
+    data = bytearray(frame(Conversation(), Packet(1.5, 0, 1234, 99, 0x18, payload)))
+    for at, delta in ((14 + 2 * header_word, 0x0100), (34 + 20, -0x0100)):
+        value = (struct.unpack_from("!H", data, at)[0] + delta) % 0x10000
+        struct.pack_into("!H", data, at, value)
+    decoder = FrameDecoder(1)
+    assert decoder.decode(0, bytes(data)) is None
+    assert decoder.stats.bad_ip_checksum + decoder.stats.bad_tcp_checksum == 1
