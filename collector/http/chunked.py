@@ -73,9 +73,9 @@ class ChunkFramer:
                 plain = _PLAIN_SIZE_LINE(data, pos)
                 if plain is not None:
                     pos = plain.end()
-                    chunk = int(plain[1], 16)
-                    if chunk:
-                        state, need = _DATA, chunk + 2
+                    announced = int(plain[1], 16)
+                    if announced:
+                        state, need = _DATA, announced + 2
                     else:
                         state = _TRAILER
                     continue
