@@ -621,7 +621,9 @@ def score_requests(
         commitment.generation_defaults,
         get_profile(commitment.sampler_profile),
         structured_outputs=commitment.structured_outputs,
-        request_json=record.request.body.decode("utf-8", "replace") if record.request.body else None,
+        request_json=record.request.body.decode("utf-8", "replace")
+        if record.request.body
+        else None,
     )
     evidence = choice_evidence(record, commitment.serving)
     indices = tuple(c.index for c in sorted(api.choices, key=lambda c: c.index))
@@ -635,6 +637,7 @@ def score_requests(
             sampling=replay.settings.for_choice(index % n, n),
             adjustments=replay.adjustments,
             evidence=ev,
+            logprobs_mode=commitment.logprobs_mode,
         )
         for index, ev in zip(indices, evidence, strict=True)
     )
@@ -706,6 +709,7 @@ def _decide(
     v.found_token_ids[:] = result.found_ids
     v.timings.prefill_ns = sum(r.prefill_ns for r in results)
     v.timings.scoring_ns = sum(r.scoring_ns for r in results)
+    logprobs = _logprobs_problem(v, results, choice_indices, settings)
     finding = fails[0][1] if fails else (findings[0][1] if findings else None)
     if finding is not None and not finding.fails:
         unverifiable(v, finding.reason, finding.detail)
@@ -713,10 +717,33 @@ def _decide(
         v.status, v.reason, v.detail = FAIL, finding.reason.value, finding.detail
     elif usage is not None:
         v.status, v.reason, v.detail = FAIL, Reason.USAGE_MISMATCH.value, usage
+    elif logprobs is not None:
+        v.status, v.reason, v.detail = FAIL, Reason.LOGPROBS_MISMATCH.value, logprobs
     elif difr.passes(settings.threshold):
         v.status = PASS
     else:
         v.status, v.reason = FAIL, Reason.SCORE_OVER_THRESHOLD.value
+
+
+def _logprobs_problem(
+    v: verifier_pb2.Verdict,
+    results: Sequence[ScoreResult],
+    choice_indices: Sequence[int],
+    settings: DifrSettings,
+) -> str | None:
+    """The evidence of the first choice whose stated logprobs deviate from the verifier's
+    beyond the tolerance, or None; the verdict carries the scored choice's deviation."""
+    if v.choice_index in choice_indices:
+        compared = results[list(choice_indices).index(v.choice_index)].logprobs
+        if compared is not None:
+            v.logprobs_deviation = compared.largest
+    for index, result in zip(choice_indices, results, strict=True):
+        over = (
+            None if result.logprobs is None else result.logprobs.over(settings.logprobs_tolerance)
+        )
+        if over is not None:
+            return f"choice {index}: {over}"
+    return None
 
 
 def _usage_problem(api: record_pb2.ApiView, results: Sequence[ScoreResult]) -> str | None:

@@ -87,11 +87,14 @@ from verifierd.difr import (
 )
 from verifierd.engine.evidence_scoring import EvidenceResolver, PassInput, Resolution
 from verifierd.engine.grammar import server_params
+from verifierd.engine.logprob_check import PassRows, check_logprobs, logprobs_spec
+from verifierd.engine.logprob_rows import LogprobRows, LogprobsSpec
 from verifierd.engine.placement import cpu_thread_binding
 from verifierd.engine.scoring_job import JobOutcome, JobSpec
 from verifierd.errors import VerifierdError
 from verifierd.evidence.claims import Finding
 from verifierd.evidence.client_view import ChoiceEvidence
+from verifierd.evidence.logprobs import LogprobsComparison
 from verifierd.evidence.search import PassResult
 from verifierd.logit_adjustments import NEUTRAL, LogitAdjustments
 from verifierd.samplers import get_profile
@@ -161,6 +164,9 @@ class ScoreRequest:
     sampling: SamplingSettings
     adjustments: LogitAdjustments = NEUTRAL
     evidence: ChoiceEvidence | None = None
+    #: The committed engine's ``--logprobs-mode``: how the verifier computes the
+    #: values a response's logprobs claim is compared with.
+    logprobs_mode: str = "raw_logprobs"
 
 
 @dataclass(frozen=True)
@@ -185,6 +191,9 @@ class ScoreResult:
     output_tokens: int = 0
     #: The output ids the search found (empty unless ``searched``).
     found_ids: tuple[int, ...] = ()
+    #: Evidence requests whose response states logprobs: their deviations from the
+    #: verifier's (None: nothing stated, not replayed, or a finding came first).
+    logprobs: LogprobsComparison | None = None
 
 
 @dataclass(frozen=True)
@@ -237,6 +246,8 @@ class EngineBackend:
         self.version = version
         self._job_ids = itertools.count()
         self._evidence = EvidenceResolver(llm, logits_width, spec.max_model_len)
+        #: Logprob rows of the last engine call's jobs, by job id.
+        self._logprob_rows: dict[str, LogprobRows] = {}
         #: Engine calls and output rows scored so far (what a search costs).
         self.engine_calls = 0
         self.rows_scored = 0
@@ -341,10 +352,18 @@ class EngineBackend:
             return []
         t0 = time.perf_counter_ns()
         by_index = dict(enumerate(requests))
+        pass_rows: dict[int, list[PassRows]] = {}
+
+        def run(passes: Sequence[PassInput]) -> list[JobOutcome]:
+            outcomes = self._run_passes(passes, by_index, profile_name, chunk_rows)
+            for p, o in zip(passes, outcomes, strict=True):
+                rows = self._logprob_rows.pop(o.job_id, None)
+                if rows is not None:
+                    pass_rows.setdefault(p.index, []).append((p.output, rows))
+            return outcomes
 
         def run_passes(passes: Sequence[PassInput]) -> list[PassResult]:
-            outcomes = self._run_passes(passes, by_index, profile_name, chunk_rows)
-            return [PassResult(o.margins(), o.best()) for o in outcomes]
+            return [PassResult(o.margins(), o.best()) for o in run(passes)]
 
         resolutions: list[Resolution | None] = [None] * len(requests)
         evidence_at = [i for i, r in enumerate(requests) if r.evidence is not None]
@@ -364,13 +383,7 @@ class EngineBackend:
             for i, ((prompt, output), res) in enumerate(zip(ids, resolutions, strict=True))
             if res is None or (res.margins is None and res.finding is None)
         ]
-        outcomes = dict(
-            zip(
-                (p.index for p in plain),
-                self._run_passes(plain, by_index, profile_name, chunk_rows),
-                strict=True,
-            )
-        )
+        outcomes = dict(zip((p.index for p in plain), run(plain), strict=True))
         engine_ns = max(
             0, time.perf_counter_ns() - t0 - sum(o.scoring_ns for o in outcomes.values())
         )
@@ -383,6 +396,16 @@ class EngineBackend:
             else:
                 raw = res.margins if res is not None and res.margins is not None else np.zeros(0)
             prompt, output = ids[i]
+            finding = None if res is None else res.finding
+            logprobs = None
+            if finding is None and r.evidence is not None:
+                checked = check_logprobs(
+                    r.evidence, output, pass_rows.get(i, ()), self._llm.get_tokenizer()
+                )
+                if isinstance(checked, Finding):
+                    finding = checked
+                else:
+                    logprobs = checked
             results.append(
                 ScoreResult(
                     request_id=r.request_id,
@@ -390,12 +413,13 @@ class EngineBackend:
                     prefill_ns=engine_ns * (len(prompt) + len(output)) // total_tokens,
                     scoring_ns=0 if outcome is None else outcome.scoring_ns,
                     logits_ns=0 if outcome is None else outcome.logits_ns,
-                    finding=None if res is None else res.finding,
+                    finding=finding,
                     restarts=0 if res is None else res.restarts,
                     searched=res is not None and res.searched,
                     prompt_tokens=len(prompt),
                     output_tokens=len(output),
                     found_ids=output if res is not None and res.searched else (),
+                    logprobs=logprobs,
                 )
             )
         return results
@@ -426,14 +450,21 @@ class EngineBackend:
             for p in passes
         ]
         sequences = [(*p.prompt, *p.output) for p in passes]
+        logprobs = [
+            logprobs_spec(requests[p.index].evidence, requests[p.index].logprobs_mode)
+            for p in passes
+        ]
         self.engine_calls += 1
         self.rows_scored += sum(len(p.output) - p.score_from for p in passes)
-        outcomes = self._run_jobs(sequences, specs, skip_cache=False)
+        outcomes = self._run_jobs(sequences, specs, logprobs, skip_cache=False)
         retry = [i for i, o in enumerate(outcomes) if _PREFIX_CACHE_MISS in o.error]
         if retry:
             log.info("rerunning without prefix-cache reads", extra={"jobs": len(retry)})
             again = self._run_jobs(
-                [sequences[i] for i in retry], [specs[i] for i in retry], skip_cache=True
+                [sequences[i] for i in retry],
+                [specs[i] for i in retry],
+                [logprobs[i] for i in retry],
+                skip_cache=True,
             )
             for i, outcome in zip(retry, again, strict=True):
                 outcomes[i] = outcome
@@ -443,7 +474,11 @@ class EngineBackend:
         return outcomes
 
     def _run_jobs(
-        self, sequences: Sequence[tuple[int, ...]], specs: Sequence[JobSpec], skip_cache: bool
+        self,
+        sequences: Sequence[tuple[int, ...]],
+        specs: Sequence[JobSpec],
+        logprobs: Sequence[LogprobsSpec | None],
+        skip_cache: bool,
     ) -> list[JobOutcome]:
         from vllm import SamplingParams
 
@@ -453,16 +488,21 @@ class EngineBackend:
                 temperature=0.0,
                 max_tokens=1,
                 detokenize=False,
-                extra_args=s.to_extra(),
+                extra_args={**s.to_extra(), **(lp.to_extra() if lp is not None else {})},
                 skip_reading_prefix_cache=skip_cache,
                 # For the hook: vLLM adds the EOS ids and tokenizes the bad words.
                 stop_token_ids=list(s.adjustments.stop_token_ids) or None,
                 bad_words=list(s.adjustments.bad_words) or None,
             )
-            for s in specs
+            for s, lp in zip(specs, logprobs, strict=True)
         ]
         self._llm.generate(prompts, params, use_tqdm=False)
         ids = [s.job_id for s in specs]
+        if any(lp is not None for lp in logprobs):
+            for worker_rows in self._llm.collective_rpc("veritap_take_logprobs", args=(ids,)):
+                for t in worker_rows:
+                    rows = LogprobRows.from_tuple(t)
+                    self._logprob_rows[rows.job_id] = rows
         found: dict[str, JobOutcome] = {}
         for worker_result in self._llm.collective_rpc("veritap_take", args=(ids,)):
             for t in worker_result:

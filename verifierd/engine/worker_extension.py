@@ -12,7 +12,10 @@ scheduled tokens, which is the one place the runner exposes per-position hidden
 states of a prefill. The wrapper hands the chunk of every request that carries
 a `JobSpec` in ``SamplingParams.extra_args`` to its `ScoringJob`, then calls the
 original unchanged (such requests ask for no prompt logprobs, so the original
-does nothing for them). Margins wait in the worker until ``veritap_take``.
+does nothing for them). Margins wait in the worker until ``veritap_take``; a
+job whose request also carries a `LogprobsSpec` gets a ``compute_logits`` that
+keeps the verifier's logprobs of the same rows (verifierd.engine.logprob_rows),
+taken with ``veritap_take_logprobs``.
 The job also gets vLLM's resolution of the request's min_tokens stop ids (EOS
 included) and bad words (tokenized) from the request's SamplingParams, which the
 backend fills with the prover's values for exactly that. A job whose adjustments
@@ -33,6 +36,7 @@ from typing import Any
 import torch
 
 from verifierd.engine.grammar import GrammarCompiler, GrammarError, GrammarMasks
+from verifierd.engine.logprob_rows import LogprobRecorder, LogprobsSpec, RowsTuple
 from verifierd.engine.scoring_job import JobSpec, OutcomeTuple, ScoringJob, ScoringJobError
 from verifierd.errors import VerifierdError
 
@@ -53,6 +57,8 @@ class PrefillScoringHook:
         self._original = original
         self.jobs: dict[str, ScoringJob] = {}
         self._grammars: GrammarCompiler | None = None
+        #: The verifier's logprobs of the jobs whose request asks for them.
+        self.logprobs: dict[str, LogprobRecorder] = {}
 
     def __call__(self, hidden_states: torch.Tensor, num_scheduled_tokens: dict[str, int]) -> Any:
         runner = self._runner
@@ -79,15 +85,24 @@ class PrefillScoringHook:
                     bad_words_token_ids=params.bad_words_token_ids or (),
                     token_masks=self._grammar_masks(spec, params.all_stop_token_ids),
                 )
+                logprobs = LogprobsSpec.from_extra(params.extra_args)
+                if logprobs is not None:
+                    self.logprobs[spec.job_id] = LogprobRecorder(
+                        spec.job_id, logprobs, spec.prompt_len, spec.score_from
+                    )
             start = state.num_computed_tokens
             if job.done or start >= state.num_prompt_tokens:
                 continue
             offset = int(runner.query_start_loc.np[runner.input_batch.req_id_to_index[req_id]])
+            compute_logits = runner.model.compute_logits
+            recorder = self.logprobs.get(spec.job_id)
+            if recorder is not None:
+                compute_logits = recorder.wrap(compute_logits, state.prompt_token_ids)
             job.feed(
                 start,
                 hidden_states[offset : offset + n_scheduled],
                 state.prompt_token_ids,
-                runner.model.compute_logits,
+                compute_logits,
             )
         return self._original(hidden_states, num_scheduled_tokens)
 
@@ -140,4 +155,16 @@ class VeritapWorkerExtension:
             # Ranks without the gathered logits (tensor parallel) have nothing to report.
             if job is not None and job.done and job.holds_logits is not False:
                 out.append(job.outcome().to_tuple())
+        return out
+
+    def veritap_take_logprobs(self, job_ids: list[str]) -> list[RowsTuple]:
+        """The logprob rows of ``job_ids`` that asked for them (call before
+        ``veritap_take``, which forgets the jobs); all of them are forgotten."""
+        hook: PrefillScoringHook = self.model_runner._veritap_hook
+        out: list[RowsTuple] = []
+        for job_id in job_ids:
+            recorder = hook.logprobs.pop(job_id, None)
+            job = hook.jobs.get(job_id)
+            if recorder is not None and job is not None and job.holds_logits is not False:
+                out.append(recorder.rows().to_tuple())
         return out

@@ -25,7 +25,8 @@ ways (pure code: values in, findings out):
 vLLM clamps every value at -9999 (its stand-in for -inf); the verifier's values
 are clamped the same way. A token whose own decoding ends in U+FFFD (an
 unfinished UTF-8 sequence) is renamed by vLLM from its context: its name is not
-checked, its value is.
+checked, its value is (a claimed top entry of a name the verifier does not list
+is compared with such a token's value).
 """
 
 from __future__ import annotations
@@ -56,6 +57,15 @@ class TopEntry:
 
 
 @dataclass(frozen=True)
+class RankedToken:
+    """One of the verifier's most likely tokens."""
+
+    #: vLLM's name for it; None where vLLM names it from its context.
+    token: str | None
+    logprob: float
+
+
+@dataclass(frozen=True)
 class ClaimedPosition:
     """One output token's entry as the prover states it."""
 
@@ -82,7 +92,7 @@ class VerifiedPosition:
     logprob: float
     #: The verifier's most likely tokens in non-increasing order (at least as many
     #: as the claim may list).
-    top: tuple[TopEntry, ...]
+    top: tuple[RankedToken, ...]
 
 
 @dataclass(frozen=True)
@@ -282,18 +292,12 @@ def compare(
     requested_top: int,
 ) -> LogprobsComparison | ShapeMismatch:
     """The claim's shape against the output, then its values against the verifier's."""
-    if claim.problem:
-        return _mismatch(f"the response's logprobs do not read: {claim.problem}")
-    if len(claim.positions) != len(verified):
-        return _mismatch(
-            f"{len(claim.positions)} logprobs entries for the {len(verified)} output tokens"
-        )
-    rows = []
-    for i, (c, v) in enumerate(zip(claim.positions, verified, strict=True)):
-        problem = _shape_problem(c, v, chat=chat, requested_top=requested_top)
-        if problem is not None:
-            return _mismatch(f"output position {i}: {problem}")
-        rows.append(_deviation(c, v))
+    mismatch = check_shape(
+        claim, [v.token for v in verified], chat=chat, requested_top=requested_top
+    )
+    if mismatch is not None:
+        return mismatch
+    rows = [_deviation(c, v) for c, v in zip(claim.positions, verified, strict=True)]
     return LogprobsComparison(
         deviations=tuple(r[0] for r in rows),
         tokens=tuple(r[1] for r in rows),
@@ -302,15 +306,29 @@ def compare(
     )
 
 
-def _mismatch(detail: str) -> ShapeMismatch:
-    return ShapeMismatch(detail)
+def check_shape(
+    claim: LogprobsClaim, names: Sequence[str | None], *, chat: bool, requested_top: int
+) -> ShapeMismatch | None:
+    """The claim's shape against the output tokens' names (None: vLLM names that
+    token from its context), or None when it holds."""
+    if claim.problem:
+        return ShapeMismatch(f"the response's logprobs do not read: {claim.problem}")
+    if len(claim.positions) != len(names):
+        return ShapeMismatch(
+            f"{len(claim.positions)} logprobs entries for the {len(names)} output tokens"
+        )
+    for i, (c, name) in enumerate(zip(claim.positions, names, strict=True)):
+        problem = _shape_problem(c, name, chat=chat, requested_top=requested_top)
+        if problem is not None:
+            return ShapeMismatch(f"output position {i}: {problem}")
+    return None
 
 
 def _shape_problem(
-    c: ClaimedPosition, v: VerifiedPosition, *, chat: bool, requested_top: int
+    c: ClaimedPosition, name: str | None, *, chat: bool, requested_top: int
 ) -> str | None:
-    if v.token is not None and c.token != v.token:
-        return f"the entry names {c.token!r:.40}, the client's token is {v.token!r:.40}"
+    if name is not None and c.token != name:
+        return f"the entry names {c.token!r:.40}, the client's token is {name!r:.40}"
     if c.token_bytes is not None and c.token_bytes != tuple(c.token.encode("utf-8", "replace")):
         return f"the entry's bytes are not the UTF-8 of {c.token!r:.40}"
     n = len(c.top)
@@ -330,17 +348,19 @@ def _shape_problem(
 
 def _deviation(c: ClaimedPosition, v: VerifiedPosition) -> tuple[float, str, float, float]:
     """(deviation, token, claimed, verified) of the entry that deviates most."""
-    # Two tokens may share a name: a claimed value is compared with the nearest.
-    mine: dict[str, list[float]] = {}
-    for t in v.top:
-        mine.setdefault(t.token, []).append(max(FLOOR, t.logprob))
+    # Two tokens may share a name: a claimed value is compared with the nearest. A
+    # token vLLM names from its context may carry any claimed name.
+    mine: dict[str | None, list[float]] = {}
+    for ranked in v.top:
+        mine.setdefault(ranked.token, []).append(max(FLOOR, ranked.logprob))
+    unnamed = mine.get(None, [])
     worst = (abs(c.logprob - max(FLOOR, v.logprob)), c.token, c.logprob, max(FLOOR, v.logprob))
     listed = c.top[1:]
     if not listed:
         return worst
-    lowest_mine = max(FLOOR, min((t.logprob for t in v.top), default=FLOOR))
+    lowest_mine = max(FLOOR, min((ranked.logprob for ranked in v.top), default=FLOOR))
     for t in listed:
-        values = mine.get(t.token)
+        values = mine.get(t.token) or unnamed or None
         if values is None:
             # A token the verifier does not rank this high: at most a near tie at the edge.
             candidate = (max(0.0, t.logprob - lowest_mine), t.token, t.logprob, lowest_mine)
@@ -350,14 +370,15 @@ def _deviation(c: ClaimedPosition, v: VerifiedPosition) -> tuple[float, str, flo
         worst = max(worst, candidate, key=lambda r: r[0])
     lowest_claimed = min(t.logprob for t in listed)
     named = {t.token for t in listed} | {c.token}
-    for t in _leading(v.top, c.token, len(listed)):
-        if t.token not in named:
-            candidate = (t.logprob - lowest_claimed, t.token, lowest_claimed, t.logprob)
+    for ranked in _leading(v.top, c.token, len(listed)):
+        name = ranked.token
+        if name is not None and name not in named:
+            candidate = (ranked.logprob - lowest_claimed, name, lowest_claimed, ranked.logprob)
             worst = max(worst, candidate, key=lambda r: r[0])
     return worst
 
 
-def _leading(top: Sequence[TopEntry], sampled: str, count: int) -> list[TopEntry]:
+def _leading(top: Sequence[RankedToken], sampled: str, count: int) -> list[RankedToken]:
     """The verifier's ``count`` most likely tokens other than the sampled one."""
     return [t for t in top if t.token != sampled][:count]
 

@@ -12,8 +12,8 @@ from verifierd.evidence.logprobs import (
     ClaimedPosition,
     LogprobsClaim,
     LogprobsComparison,
+    RankedToken,
     ShapeMismatch,
-    TopEntry,
     VerifiedPosition,
     claimed_logprobs,
     compare,
@@ -33,8 +33,12 @@ def _chat_entry(token: str, logprob: float, top: list[tuple[str, float]]) -> dic
 
 #: The verifier's view of two positions: "a" then "b" sampled.
 VERIFIED = (
-    VerifiedPosition("a", -0.5, (TopEntry("a", -0.5), TopEntry("x", -1.5), TopEntry("y", -2.0))),
-    VerifiedPosition("b", -3.0, (TopEntry("z", -0.2), TopEntry("w", -2.5), TopEntry("b", -3.0))),
+    VerifiedPosition(
+        "a", -0.5, (RankedToken("a", -0.5), RankedToken("x", -1.5), RankedToken("y", -2.0))
+    ),
+    VerifiedPosition(
+        "b", -3.0, (RankedToken("z", -0.2), RankedToken("w", -2.5), RankedToken("b", -3.0))
+    ),
 )
 
 
@@ -159,7 +163,7 @@ def test_the_shape_of_the_claim_is_checked() -> None:
 def test_ranks_must_not_increase_after_the_sampled_entry() -> None:
     verified = (
         VerifiedPosition(
-            "a", -2.0, (TopEntry("x", -0.5), TopEntry("y", -1.5), TopEntry("a", -2.0))
+            "a", -2.0, (RankedToken("x", -0.5), RankedToken("y", -1.5), RankedToken("a", -2.0))
         ),
     )
     content = [_chat_entry("a", -2.0, [("a", -2.0), ("y", -1.5), ("x", -0.5)])]
@@ -170,10 +174,26 @@ def test_ranks_must_not_increase_after_the_sampled_entry() -> None:
 
 def test_names_vllm_gives_from_context_are_not_checked() -> None:
     assert verified_name("ab\ufffd") is None and verified_name("ab") == "ab"
-    verified = (VerifiedPosition(None, -0.5, (TopEntry("\ufffd", -0.5),)),)
+    verified = (VerifiedPosition(None, -0.5, (RankedToken("\ufffd", -0.5),)),)
     claim = LogprobsClaim((ClaimedPosition("é", -0.5, None, ()),))
     result = compare(claim, verified, chat=True, requested_top=0)
     assert isinstance(result, LogprobsComparison) and result.largest == 0.0
+
+
+def test_a_top_token_vllm_renames_matches_by_value() -> None:
+    # The verifier's second choice decodes to an unfinished UTF-8 sequence: vLLM's
+    # server names it from the context (here ""), the verifier cannot.
+    verified = (
+        VerifiedPosition(
+            "a", -2.0, (RankedToken("x", -0.5), RankedToken(None, -1.5), RankedToken("a", -2.0))
+        ),
+    )
+    content = [_chat_entry("a", -2.0, [("a", -2.0), ("x", -0.5), ("", -1.5)])]
+    result = compare(_claim(_chat_body(content)), verified, chat=True, requested_top=3)
+    assert isinstance(result, LogprobsComparison) and result.largest == 0.0
+    content = [_chat_entry("a", -2.0, [("a", -2.0), ("x", -0.5), ("", -1.0)])]
+    result = compare(_claim(_chat_body(content)), verified, chat=True, requested_top=3)
+    assert isinstance(result, LogprobsComparison) and result.largest == 0.5
 
 
 def test_choices_without_logprobs_and_unreadable_bodies_claim_nothing() -> None:

@@ -1,0 +1,105 @@
+"""A choice's logprobs claim against the verifier's rows (engine side: the tokenizer is here).
+
+The rows come from the passes that scored the output (`logprob_rows`): one pass
+when the ids were claimed, several when the tokenization search found them. An
+output position's values are taken from the last pass whose sequence agrees
+with the final output up to and including that position, so each value is
+conditioned on exactly the prefix the prover's sampler saw. Token names are
+vLLM's own (``convert_ids_list_to_tokens``, what its server puts in ``token``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from verifierd.engine.logprob_rows import LogprobRows, LogprobsSpec
+from verifierd.evidence.claims import Finding, first_difference
+from verifierd.evidence.client_view import CHAT, ChoiceEvidence
+from verifierd.evidence.logprobs import (
+    MAX_TOP,
+    REPLAYED_MODES,
+    LogprobsComparison,
+    RankedToken,
+    ShapeMismatch,
+    VerifiedPosition,
+    check_shape,
+    compare,
+    top_count,
+    verified_name,
+)
+from verifierd.verdicts import Reason
+
+#: A pass's output ids and the rows it recorded.
+PassRows = tuple[tuple[int, ...], LogprobRows]
+
+
+def _requested_top(evidence: ChoiceEvidence) -> int:
+    request = json.loads(evidence.request_json)
+    return top_count(request if isinstance(request, dict) else {}, evidence.dialect == CHAT)
+
+
+def logprobs_spec(evidence: ChoiceEvidence | None, mode: str) -> LogprobsSpec | None:
+    """What a scoring pass of this choice records: None when the response states no
+    logprobs or the committed mode is not replayed."""
+    if evidence is None or evidence.claimed_logprobs is None or mode not in REPLAYED_MODES:
+        return None
+    # The verifier's top must reach one past the claim's: the sampled token may sit outside.
+    return LogprobsSpec(min(MAX_TOP, _requested_top(evidence)) + 1, mode)
+
+
+def check_logprobs(
+    evidence: ChoiceEvidence,
+    output: Sequence[int],
+    passes: Sequence[PassRows],
+    tokenizer: Any,
+) -> LogprobsComparison | Finding | None:
+    """The comparison of the choice's claim with the verifier's values; only its shape
+    where no rows cover the output (a mode that is not replayed): then None when it holds."""
+    claim = evidence.claimed_logprobs
+    if claim is None:
+        return None
+    from vllm.tokenizers.detokenizer_utils import convert_ids_list_to_tokens
+
+    chat, requested = evidence.dialect == CHAT, _requested_top(evidence)
+    found = _rows_by_position(output, passes)
+    if found is None:
+        output_names = convert_ids_list_to_tokens(tokenizer, list(output))
+        shape = check_shape(
+            claim, [verified_name(n) for n in output_names], chat=chat, requested_top=requested
+        )
+        return None if shape is None else Finding(Reason.LOGPROBS_MISMATCH, shape.detail)
+
+    ids: list[int] = []
+    for i, (rows, r) in enumerate(found):
+        ids.append(output[i])
+        ids.extend(int(t) for t in rows.top_ids[r])
+    names = iter(convert_ids_list_to_tokens(tokenizer, ids))
+    verified = []
+    for rows, r in found:
+        sampled = verified_name(next(names))
+        top = tuple(RankedToken(verified_name(next(names)), float(v)) for v in rows.top_values[r])
+        verified.append(VerifiedPosition(sampled, float(rows.sampled[r]), top))
+    result = compare(claim, verified, chat=chat, requested_top=requested)
+    if isinstance(result, ShapeMismatch):
+        return Finding(Reason.LOGPROBS_MISMATCH, result.detail)
+    return result
+
+
+def _rows_by_position(
+    output: Sequence[int], passes: Sequence[PassRows]
+) -> list[tuple[LogprobRows, int]] | None:
+    """For each output position, the rows and row index that hold its values."""
+    spans = []
+    for pass_output, rows in passes:
+        agree = first_difference(pass_output, output)
+        spans.append((rows, rows.first, min(agree, rows.first + len(rows.sampled))))
+    found = []
+    for i in range(len(output)):
+        hit = next(((rows, i - lo) for rows, lo, hi in reversed(spans) if lo <= i < hi), None)
+        if hit is None or math.isnan(float(hit[0].sampled[hit[1]])):
+            return None
+        found.append(hit)
+    return found
