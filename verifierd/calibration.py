@@ -25,6 +25,17 @@ responses known to be honest, recomputed on the verifier's engine. Output:
   the size its rounding allows. Token-DiFR sees only changed tokens: a response in which none
   changed cannot be told from an honest one at any threshold.
 
+- **logprobs tolerance**: when the honest responses stated logprobs, the largest
+  deviation of their values from the verifier's (`verifierd.evidence.logprobs`)
+  times ``safety``, never below `logprobs_tolerance_floor`. float32 reproduces
+  the prover's raw logprobs exactly or within ~1e-5 (another batch shape); the
+  floor, 1e-3 nats, leaves room for that and still fails a value moved by 0.01.
+  A reduced-precision logit is rounded to a multiple of its unit in the last
+  place, 2^-3 for a bfloat16 logit of magnitude 16-32 (2^-6 in float16), and a
+  logprob inherits the rounding of its logit and of the normaliser: the floor
+  allows two such units (bfloat16 0.25 nats, float16 2^-5), so another model's
+  values (off by whole nats) or a shift of 0.5 nats still fail.
+
 The empirical false-positive rate of the chosen settings on the sample is
 reported with the resolution the sample size allows, and the honest tokens
 above each margin level are counted for the per-prover sequential test
@@ -62,6 +73,16 @@ def threshold_floor(dtype: str) -> float:
     return max(FLOAT32_FLOOR, _FLIP_MARGIN.get(dtype, 0.0) / _FLIP_TOKENS)
 
 
+#: Two units in the last place of a logit of magnitude 16-32 (see the module docstring).
+_LOGIT_ROUNDING = {"bfloat16": 2 * 2.0**-3, "float16": 2 * 2.0**-6}
+FLOAT32_LOGPROBS_FLOOR = 1e-3
+
+
+def logprobs_tolerance_floor(dtype: str) -> float:
+    """The lowest logprobs tolerance honest numerics of ``dtype`` allow (float32: 1e-3)."""
+    return max(FLOAT32_LOGPROBS_FLOOR, _LOGIT_ROUNDING.get(dtype, 0.0))
+
+
 class CalibrationError(VerifierdError):
     """Not enough honest traffic to calibrate from."""
 
@@ -86,6 +107,10 @@ class Calibration:
     #: The honest tokens above each margin level at the chosen Δmax: what the
     #: per-prover sequential test bounds honest provers by.
     honest_tails: HonestTails
+    #: Honest responses that stated logprobs, and their largest deviation from the
+    #: verifier's (0 when none did: the floor alone sets the tolerance).
+    logprobs_responses: int = 0
+    max_logprobs_deviation: float = 0.0
 
 
 def calibrate(
@@ -96,8 +121,11 @@ def calibrate(
     safety: float = 1.5,
     min_delta_max: float = 1.0,
     min_threshold: float = FLOAT32_FLOOR,
+    logprobs_deviations: Sequence[float] = (),
+    min_logprobs_tolerance: float = FLOAT32_LOGPROBS_FLOOR,
 ) -> Calibration:
-    """Settings for a target false-positive rate from honest responses' raw margins."""
+    """Settings for a target false-positive rate from honest responses' raw margins
+    and, for those that stated logprobs, their largest logprobs deviations."""
     if not 0 < target_fpr < 1:
         raise CalibrationError(f"target FPR must be in (0, 1): {target_fpr}")
     responses = [np.asarray(m, dtype=np.float64) for m in honest if len(m)]
@@ -115,8 +143,17 @@ def calibrate(
     else:
         base, rule = float(scores.max()), "maximum"
     threshold = max(min_threshold, base * safety)
+    deviations = [float(d) for d in logprobs_deviations]
+    if not all(math.isfinite(d) and d >= 0 for d in deviations):
+        raise CalibrationError("logprobs deviations must be finite and >= 0")
+    max_deviation = max(deviations, default=0.0)
     return Calibration(
-        settings=DifrSettings(threshold=threshold, delta_max=delta_max, sample_rate=sample_rate),
+        settings=DifrSettings(
+            threshold=threshold,
+            delta_max=delta_max,
+            sample_rate=sample_rate,
+            logprobs_tolerance=max(min_logprobs_tolerance, max_deviation * safety),
+        ),
         target_fpr=target_fpr,
         responses=len(responses),
         tokens=int(raw.size),
@@ -126,4 +163,6 @@ def calibrate(
         false_positives=int((scores > threshold).sum()),
         rule=rule,
         honest_tails=HonestTails.from_margins(responses, delta_max),
+        logprobs_responses=len(deviations),
+        max_logprobs_deviation=max_deviation,
     )

@@ -8,6 +8,7 @@ client side for every other subcommand.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -66,12 +67,21 @@ def honest_requests(
                 yield request
 
 
+@dataclass(frozen=True)
+class Recomputed:
+    #: Unclipped margins of every request that scored.
+    margins: list[npt.NDArray[np.float64]]
+    #: The largest logprobs deviation of each of those whose response stated logprobs.
+    logprobs_deviations: list[float]
+
+
 def recompute(
     config: Config, commitment: Commitment, model_dir: Path, requests: list[ScoreRequest]
-) -> list[npt.NDArray[np.float64]]:
-    """Unclipped margins of every request that scores, on the commitment's engine."""
+) -> Recomputed:
+    """The honest statistics of every request that scores, on the commitment's engine."""
     pool = EnginePool(config.engines)
     margins = []
+    deviations = []
     try:
         pool.acquire(commitment, model_dir)
         step = config.engines.max_batch_requests
@@ -84,7 +94,9 @@ def recompute(
             )
             # A choice whose evidence contradicts a claim or cannot be scored is no
             # honest sample.
-            margins += [r.difr.margins for r in scored.results if r.finding is None]
+            honest = [r for r in scored.results if r.finding is None]
+            margins += [r.difr.margins for r in honest]
+            deviations += [r.logprobs.largest for r in honest if r.logprobs is not None]
     finally:
         pool.close()
-    return margins
+    return Recomputed(margins, deviations)

@@ -19,7 +19,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from verifierd.calibration import Calibration, calibrate, threshold_floor
+from verifierd.calibration import (
+    Calibration,
+    calibrate,
+    logprobs_tolerance_floor,
+    threshold_floor,
+)
 from verifierd.commitments import Commitment, CommitmentRegistry, write_commitment
 from verifierd.config import load_config
 from verifierd.errors import VerifierdError
@@ -63,6 +68,9 @@ def report(c: Calibration) -> str:
         f"delta_max {c.settings.delta_max:.4g}, threshold {c.settings.threshold:.4g} "
         f"({c.rule} rule, target FPR {c.target_fpr:g}, "
         f"{c.false_positives} of {c.responses} honest responses over it)\n"
+        f"logprobs tolerance {c.settings.logprobs_tolerance:.4g} "
+        f"({c.logprobs_responses} honest responses stated logprobs, largest deviation "
+        f"{c.max_logprobs_deviation:.4g})\n"
     )
 
 
@@ -90,13 +98,15 @@ def run(args: argparse.Namespace) -> int:
                     limit=args.limit,
                 )
             )
-            margins = recompute(config, commitment, model_dir, requests)
+            recomputed = recompute(config, commitment, model_dir, requests)
             result = calibrate(
-                margins,
+                recomputed.margins,
                 target_fpr=args.target_fpr,
                 sample_rate=commitment.difr.sample_rate,
                 safety=args.safety,
                 min_threshold=threshold_floor(commitment.dtype),
+                logprobs_deviations=recomputed.logprobs_deviations,
+                min_logprobs_tolerance=logprobs_tolerance_floor(commitment.dtype),
             )
             sys.stdout.write(report(result))
             if args.apply:
