@@ -25,6 +25,7 @@ from veritap.signing import KeyFormatError, Signer
 
 from collector.capture.errors import CaptureError
 from collector.capture.frame_filter import FrameFilter
+from collector.capture.gc_tuning import tuned_for_capture
 from collector.capture.pcap_file import CaptureReader, open_capture
 from collector.config import CollectorConfig, load_config
 from collector.log import Log, LogError
@@ -197,7 +198,7 @@ def _replay(
     )
     damage = ""
     try:
-        with progress:
+        with progress, tuned_for_capture():
             task = progress.add_task("replay", total=reader.size, records=0)
             first_ts: int | None = None
             frame_fn = pipeline.frame
