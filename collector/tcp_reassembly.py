@@ -353,16 +353,16 @@ class Reassembler:
         """Take one segment (any order, duplicates welcome)."""
         stats = self.stats
         stats.segments += 1
-        ts = seg.ts_ns
+        # One unpack instead of an attribute load per field (hot path).
+        ts, src, dst, sport, dport, seq, ack, flags, payload, vlans, ttl = seg
         if ts > self._now:  # noqa: PLR1730 (hot path: max() costs a call)
             self._now = ts
-        key = (seg.src, seg.dst, seg.sport, seg.dport, seg.vlans)
+        key = (src, dst, sport, dport, vlans)
         flow = self._flows.get(key)
-        flags = seg.flags
         if (
             flow is not None
             and flow.established
-            and not seg.payload
+            and not payload
             and not flags & _CONTROL
             and not flow.fin_seen
         ):
@@ -380,19 +380,19 @@ class Reassembler:
             if key in self._closed and not (flags & TCP_SYN and not flags & TCP_ACK):
                 stats.late_segments += 1
                 return
-            if not seg.payload and not flags & TCP_SYN:
+            if not payload and not flags & TCP_SYN:
                 stats.ignored_segments += 1
                 return
             flow = self._open(seg, key)
-        if seg.sport == flow.client_port and seg.src == flow.client_ip:
+        if sport == flow.client_port and src == flow.client_ip:
             direction = CLIENT_TO_SERVER
         else:
             direction = SERVER_TO_CLIENT
         half = flow.halves[direction]
         if half.ttl is None:
-            half.ttl = seg.ttl
+            half.ttl = ttl
             half.advanced_at = ts
-        elif seg.ttl != half.ttl:
+        elif ttl != half.ttl:
             stats.ttl_departures += 1
             return
         self._lru.move_to_end(flow.keys[0])
@@ -404,14 +404,13 @@ class Reassembler:
             else:
                 stats.ignored_resets += 1
             return
-        seq = seg.seq
         if flags & TCP_SYN:
             if half.base is None:
                 half.base = (seq + 1) & _MASK
                 half.syn = True
                 flow.handler.on_start(direction, False, ts)
             if flags & TCP_ACK:
-                self._learn_peer_base(flow, direction, seg.ack, ts)
+                self._learn_peer_base(flow, direction, ack, ts)
             seq = (seq + 1) & _MASK
         elif half.base is None:
             half.base = seq
@@ -419,13 +418,12 @@ class Reassembler:
             stats.midstream_directions += 1
             flow.handler.on_start(direction, True, ts)
         elif flags & TCP_ACK and half.syn and half.next == 0:
-            self._learn_peer_base(flow, direction, seg.ack, ts)
+            self._learn_peer_base(flow, direction, ack, ts)
         if not flow.established and flow.halves[1 - direction].base is not None:
             flow.established = True
         next_pos = half.next
         # _unwrap, inlined (hot path).
         pos = next_pos + (((seq - half.base) - next_pos + _HALF) & _MASK) - _HALF
-        payload = seg.payload
         if payload:
             if pos == next_pos and not half.heap and half.fin_at is None and not half.ended:
                 # In order, nothing buffered, no FIN: the common case, delivered at once.
@@ -439,9 +437,9 @@ class Reassembler:
             else:
                 self._payload(flow, half, pos, payload, ts)
         if flags & TCP_ACK and flow.fin_seen:
-            self._ack(flow, direction, seg.ack, ts)
+            self._ack(flow, direction, ack, ts)
         if flags & TCP_FIN:
-            self._fin(flow, half, pos + len(seg.payload), seg.ack, ts)
+            self._fin(flow, half, pos + len(payload), ack, ts)
         if ts >= self._next_sweep:
             self.advance(ts)
 
