@@ -334,12 +334,10 @@ def _fill_response(out: record_pb2.HttpResponse, message: ResponseMessage) -> li
     _gaps(out.gaps, message.gaps)
     first = message.first_byte_ns
     events = message.sse_events
-    out.sse_arrival_offsets_ns.extend(
-        [
-            arrival - first if arrival > first else 0
-            for arrival, _, _, _ in events[:STORED_SSE_EVENTS]
-        ]
-    )
+    offsets = [event.arrival_ns - first for event in events[:STORED_SSE_EVENTS]]
+    if offsets and min(offsets) < 0:  # an event in a segment captured before the first
+        offsets = [max(0, offset) for offset in offsets]
+    out.sse_arrival_offsets_ns.extend(offsets)
     if len(events) > STORED_SSE_EVENTS:
         cuts.append(f"arrival times kept for {STORED_SSE_EVENTS} of {len(events)} SSE events")
     return [(Q.CAPTURE_QUALITY_TRUNCATED, f"response: {cut}") for cut in cuts if cut]

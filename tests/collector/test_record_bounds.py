@@ -10,9 +10,12 @@ from veritap.tls import MAX_STREAM_MESSAGE_BYTES
 from veritap.v1 import record_pb2
 
 from collector import record_bounds, records
+from collector.http.messages import Exchange, ResponseMessage
+from collector.http.sse import SseEvent
 from collector.record_bounds import RECORD_BYTES, STORED_BODY_BYTES
-from tests.collector.dialects.test_openai_dialects import MESSAGES, sse_response
+from tests.collector.dialects.test_openai_dialects import MESSAGES, REGISTRY, sse_response
 from tests.collector.dialects.test_openai_dialects import records as build_records
+from tests.collector.http.test_http_connection import FLOW
 from tests.openai_traffic import Call, words
 
 Q = record_pb2.CaptureQuality
@@ -89,3 +92,14 @@ def test_a_request_the_view_cannot_hold_keeps_its_body() -> None:
     (rec,) = build_records((post(body), call.response()))
     assert rec.request.body == body and rec.request.body_length == len(body)
     assert rec.quality == Q.CAPTURE_QUALITY_PARSE_ERROR
+
+
+def test_an_event_captured_before_the_first_byte_arrives_at_offset_zero() -> None:
+    """Reassembly delivers a reordered segment with its own (earlier) capture time."""
+    events = (SseEvent(5, "", "{}", ""), SseEvent(30, "", "[DONE]", ""))
+    response = ResponseMessage(
+        200, "OK", "1.1", (), (), b"", "", 0, 10, 40, (), (), events, is_sse=True
+    )
+    builder = records.RecordBuilder("test.local/c", REGISTRY)
+    rec = builder.build(Exchange(FLOW, None, response, ()))
+    assert list(rec.response.sse_arrival_offsets_ns) == [0, 20]
