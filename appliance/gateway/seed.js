@@ -75,4 +75,4 @@ function seededBody(r) {
     return text.slice(0, open) + member + text.slice(open);
 }
 
-export default {seededBody, randomSeed};
+export default {seededBody};
