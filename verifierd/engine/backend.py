@@ -136,6 +136,10 @@ class EngineSpec:
     max_num_seqs: int = 64
     enable_prefix_caching: bool = True
     enforce_eager: bool = True
+    #: Tokens per KV-cache block (None: the engine's default, 128 on CPU, 16 on GPU).
+    #: The prefix cache serves whole blocks only, so each tokenization-search round
+    #: recomputes about half a block before the position it restarts from.
+    kv_block_size: int | None = None
     #: Prover side only: makes `generate` draw exponential rows (vllm-v1-exponential-fp64).
     use_fp64_gumbel: bool = False
     seed: int = 0
@@ -248,9 +252,13 @@ class EngineBackend:
         self._evidence = EvidenceResolver(llm, logits_width, spec.max_model_len)
         #: Logprob rows of the last engine call's jobs, by job id.
         self._logprob_rows: dict[str, LogprobRows] = {}
-        #: Engine calls and output rows scored so far (what a search costs).
+        #: What scoring has cost so far: engine calls, scoring passes (one request
+        #: each), output rows scored (lookahead rows included), and the prefill
+        #: positions the engine computed (those its prefix cache did not serve).
         self.engine_calls = 0
+        self.passes = 0
         self.rows_scored = 0
+        self.positions_computed = 0
 
     @classmethod
     def load(cls, spec: EngineSpec) -> EngineBackend:
@@ -275,6 +283,8 @@ class EngineBackend:
         }
         if spec.tensor_parallel_size == 1:
             kwargs["distributed_executor_backend"] = "uni"
+        if spec.kv_block_size is not None:
+            kwargs["block_size"] = spec.kv_block_size
         if current_platform.is_cpu():
             _bind_cpu_ranks(spec.tensor_parallel_size)
         else:
@@ -455,7 +465,8 @@ class EngineBackend:
             for p in passes
         ]
         self.engine_calls += 1
-        self.rows_scored += sum(len(p.output) - p.score_from for p in passes)
+        self.passes += len(passes)
+        self.rows_scored += sum(len(p.output) - p.score_from + p.lookahead for p in passes)
         outcomes = self._run_jobs(sequences, specs, logprobs, skip_cache=False)
         retry = [i for i, o in enumerate(outcomes) if _PREFIX_CACHE_MISS in o.error]
         if retry:
@@ -496,7 +507,11 @@ class EngineBackend:
             )
             for s, lp in zip(specs, logprobs, strict=True)
         ]
-        self._llm.generate(prompts, params, use_tqdm=False)
+        outputs = self._llm.generate(prompts, params, use_tqdm=False)
+        self.positions_computed += sum(
+            len(p["prompt_token_ids"]) - (o.num_cached_tokens or 0)
+            for p, o in zip(prompts, outputs, strict=True)
+        )
         ids = [s.job_id for s in specs]
         if any(lp is not None for lp in logprobs):
             for worker_rows in self._llm.collective_rpc("veritap_take_logprobs", args=(ids,)):
