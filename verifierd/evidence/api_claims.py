@@ -20,6 +20,11 @@ prover's words: `Choice.finish_reason`, and `Choice.stop_reason_json`):
 
 A claim with no chat meaning keeps its own words, which the finish rules report
 as not replayed (UNVERIFIABLE), never as a FAIL.
+
+vLLM's Messages request model has no OpenAI sampling extensions: a Messages
+request carrying one (`MESSAGES_IGNORED`) runs without it, while the sampling
+replay (`verifierd.request_sampling`) would read it from the request's
+parameters, so such a request is not replayed (`ignored_sampling_fields`).
 """
 
 from __future__ import annotations
@@ -30,6 +35,19 @@ RESPONSES = "openai-responses"
 MESSAGES = "anthropic-messages"
 #: The stop reason of an end token: none (chat's ``stop_reason`` null or a token id).
 _END_TOKEN = ""
+#: Sampling fields the replay reads from a request's parameters that vLLM's
+#: ``AnthropicMessagesRequest`` lacks (pydantic drops them: the server ignores them).
+MESSAGES_IGNORED = (
+    "min_p",
+    "repetition_penalty",
+    "frequency_penalty",
+    "presence_penalty",
+    "logit_bias",
+    "allowed_token_ids",
+    "min_tokens",
+    "stop_token_ids",
+    "bad_words",
+)
 
 
 def chat_finish(
@@ -59,3 +77,10 @@ def _messages(stop_reason: str, sequence_json: str) -> tuple[str, str]:
     if stop_reason == "stop_sequence" and sequence_json:
         return "stop", sequence_json
     return stop_reason, sequence_json
+
+
+def ignored_sampling_fields(dialect: str, request: dict[str, object]) -> tuple[str, ...]:
+    """The fields of ``request`` its server ignores but the sampling replay would apply."""
+    if dialect != MESSAGES:
+        return ()
+    return tuple(f for f in MESSAGES_IGNORED if request.get(f) not in (None, [], {}))

@@ -14,9 +14,16 @@ from veritap.request_body import request_body
 from veritap.v1 import record_pb2
 
 from verifierd.errors import VerifierdError
-from verifierd.evidence.api_claims import MESSAGES, RESPONSES, chat_finish
+from verifierd.evidence.api_claims import (
+    MESSAGES,
+    RESPONSES,
+    chat_finish,
+    ignored_sampling_fields,
+)
 from verifierd.evidence.logprobs import LogprobsClaim, claimed_logprobs
+from verifierd.request_sampling import SamplingNotReproducibleError
 from verifierd.serving_flags import VLLM_DEFAULTS, ServingFlags
+from verifierd.verdicts import Reason
 
 CHAT = "openai-chat"
 COMPLETIONS = "openai-completions"
@@ -92,7 +99,8 @@ def choice_evidence(
     whose server runs with ``serving``.
 
     Raises EvidenceUnavailable when the dialect is unknown or the request body
-    is not UTF-8 JSON."""
+    is not UTF-8 JSON, and SamplingNotReproducibleError when the request carries
+    sampling fields its server ignores (`api_claims.ignored_sampling_fields`)."""
     api = record.api
     if api.dialect not in DIALECTS:
         raise EvidenceUnavailable(f"unknown API dialect {api.dialect!r}")
@@ -115,6 +123,12 @@ def choice_evidence(
         else {}
     )
     fields = request if isinstance(request, dict) else {}
+    ignored = ignored_sampling_fields(api.dialect, fields)
+    if ignored:
+        raise SamplingNotReproducibleError(
+            Reason.SAMPLER_NOT_REPRODUCIBLE,
+            f"{', '.join(ignored)}: vLLM's Messages server ignores them",
+        )
     out = []
     for choice in sorted(api.choices, key=lambda c: c.index):
         finish_reason, stop_reason_json = chat_finish(

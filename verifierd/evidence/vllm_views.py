@@ -23,7 +23,8 @@ the verifier renders and detokenizes exactly as the prover's server does:
   ``include_stop_str_in_output``, ``min_tokens`` and stop strings.
 - `ByteLevelText`: the tokenizer as the tokenization search needs it.
 
-Chat renders with the server flags the commitment carries
+Chat (and the Messages and Responses requests rendered as chat) renders with
+the server flags the commitment carries
 (`verifierd.serving_flags`: ``--chat-template``, its content format and
 default kwargs, the tool and reasoning parsers, whose ``adjust_request`` vLLM
 applies to the request before sampling); `verifierd.evidence.output_parsing`
@@ -91,11 +92,10 @@ def render_request(
         if dialect == COMPLETIONS:
             return _render_completion(llm, CompletionRequest.model_validate(body))
         if dialect == RESPONSES:
-            return _render_responses(llm, ResponsesRequest.model_validate(body))
+            return _render_responses(llm, ResponsesRequest.model_validate(body), serving)
         if dialect == MESSAGES:
-            return _render_chat(
-                llm, _messages_as_chat(llm, AnthropicMessagesRequest.model_validate(body))
-            )
+            request = AnthropicMessagesRequest.model_validate(body)
+            return _render_chat(llm, _messages_as_chat(llm, request, serving), serving)
     except ValidationError as exc:
         raise RenderError(f"vLLM refuses the request: {_first_error(exc)}") from exc
     except (ValueError, TypeError, KeyError, NotImplementedError) as exc:
@@ -167,9 +167,10 @@ def _render_chat(llm: Any, request: Any, serving: ServingFlags = VLLM_DEFAULTS) 
     return RenderedRequest((prompt,), params, requested, bool(params.ignore_eos), output)
 
 
-def _render_responses(llm: Any, request: Any) -> RenderedRequest:
+def _render_responses(llm: Any, request: Any, serving: ServingFlags) -> RenderedRequest:
     """As vLLM's OnlineRenderer.render_responses renders a non-harmony request that
-    names no previous response."""
+    names no previous response, on a server started with ``serving`` (without a
+    reasoning or tool parser: its Responses output items are not rebuilt)."""
     from vllm.entrypoints.openai.responses.utils import (
         construct_input_messages,
         construct_tool_dicts,
@@ -181,12 +182,21 @@ def _render_responses(llm: Any, request: Any) -> RenderedRequest:
         raise RenderError("harmony (gpt-oss) Responses rendering is not replayed")
     if request.previous_response_id is not None or request.previous_input_messages:
         raise RenderError("a previous response's history is the server's, not in the capture")
+    if serving.reasoning_parser or serving.tool_call_parser:
+        raise RenderError(
+            "Responses from a server with a reasoning or tool parser are not replayed"
+        )
     tool_dicts = construct_tool_dicts(request.tools, request.tool_choice)
     messages = construct_input_messages(
         request_instructions=request.instructions, request_input=request.input
     )
-    template_kwargs = request.build_chat_params(None, "auto").with_defaults({}).chat_template_kwargs
-    chat_params = request.build_chat_params(None, "auto").with_defaults(
+    template, content_format = serving.chat_template, serving.chat_template_content_format
+    template_kwargs = (
+        request.build_chat_params(template, content_format)
+        .with_defaults(serving.chat_template_kwargs)
+        .chat_template_kwargs
+    )
+    chat_params = request.build_chat_params(template, content_format).with_defaults(
         merge_kwargs(template_kwargs, {"tools": tool_dicts, "tokenize": False})
     )
     (_conversation,), (engine_input,) = llm.renderer.render_chat(
@@ -198,17 +208,19 @@ def _render_responses(llm: Any, request: Any) -> RenderedRequest:
     return RenderedRequest((prompt,), params, requested, bool(params.ignore_eos))
 
 
-def _messages_as_chat(llm: Any, request: Any) -> Any:
-    """The ChatCompletionRequest vLLM's Messages server runs for ``request``."""
+def _messages_as_chat(llm: Any, request: Any, serving: ServingFlags) -> Any:
+    """The ChatCompletionRequest vLLM's Messages server, started with ``serving``, runs
+    for ``request``."""
     from vllm.entrypoints.anthropic.serving import AnthropicServingMessages
 
     if request.thinking is not None and request.thinking.type == "disabled":
         # The server probes its renderer for the effort that disables thinking.
         raise RenderError("thinking disabled is not replayed")
-    # What the server's probe reads of its OnlineRenderer (no --chat-template: the
-    # committed tokenizer's).
+    # What the server's probe reads of its OnlineRenderer.
     renderer: Any = types.SimpleNamespace(
-        renderer=llm.renderer, chat_template=None, model_config=llm.llm_engine.model_config
+        renderer=llm.renderer,
+        chat_template=serving.chat_template,
+        model_config=llm.llm_engine.model_config,
     )
     merge = AnthropicServingMessages._should_merge_inline_system(renderer)
     return AnthropicServingMessages.to_chat_completion_request(request, merge_inline_system=merge)

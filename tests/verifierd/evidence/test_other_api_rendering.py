@@ -25,9 +25,10 @@ from tests.verifierd.test_engine_evidence import (
 )
 from verifierd.difr import SamplingSettings
 from verifierd.engine.backend import EngineBackend, GenerateRequest
-from verifierd.evidence.api_claims import MESSAGES, RESPONSES
+from verifierd.evidence.api_claims import MESSAGES, MESSAGES_IGNORED, RESPONSES
 from verifierd.evidence.client_view import ChoiceEvidence
 from verifierd.evidence.vllm_views import RenderError, decode_output, end_tokens, render_request
+from verifierd.serving_flags import VLLM_DEFAULTS, ServingFlags
 
 pytestmark = [pytest.mark.vllm]
 __all__ = ["backend"]  # the engine fixture, one per test model
@@ -51,27 +52,41 @@ MESSAGES_BODY: dict[str, Any] = {
     "max_tokens": 24,
     "temperature": 0,
 }
+#: A server's own --chat-template and --default-chat-template-kwargs.
+TEMPLATE = (
+    "{% for m in messages %}{{ m['role'] }}{{ sep }}{{ m['content'] }}\n{% endfor %}"
+    "{% if add_generation_prompt %}assistant{{ sep }}{% endif %}"
+)
+SERVING = {
+    "defaults": VLLM_DEFAULTS,
+    "own-template": ServingFlags.of(
+        chat_template=TEMPLATE, default_chat_template_kwargs={"sep": " | "}
+    ),
+}
 
 
-def _online_renderer(llm: Any) -> Any:
+def _online_renderer(llm: Any, serving: ServingFlags) -> Any:
     from vllm.renderers.online_renderer import OnlineRenderer
 
     return OnlineRenderer(
         llm.llm_engine.model_config,
         llm.renderer,
         request_logger=None,
-        chat_template=None,
-        chat_template_content_format="auto",
+        chat_template=serving.chat_template,
+        chat_template_content_format=serving.chat_template_content_format,
+        default_chat_template_kwargs=serving.chat_template_kwargs,
     )
 
 
-def _server_prompt(llm: Any, dialect: str, body: dict[str, Any]) -> list[int]:
-    """The prompt ids vLLM's server renders for ``body``."""
+def _server_prompt(
+    llm: Any, dialect: str, body: dict[str, Any], serving: ServingFlags
+) -> list[int]:
+    """The prompt ids vLLM's server started with ``serving`` renders for ``body``."""
     from vllm.entrypoints.anthropic.protocol import AnthropicMessagesRequest
     from vllm.entrypoints.anthropic.serving import AnthropicServingMessages
     from vllm.entrypoints.openai.responses.protocol import ResponsesRequest
 
-    online = _online_renderer(llm)
+    online = _online_renderer(llm, serving)
     if dialect == RESPONSES:
         result = asyncio.run(online.render_responses(ResponsesRequest.model_validate(body)))
         return list(result.engine_input["prompt_token_ids"])
@@ -86,11 +101,29 @@ def _server_prompt(llm: Any, dialect: str, body: dict[str, Any]) -> list[int]:
 @pytest.mark.parametrize(
     ("dialect", "body"), [(RESPONSES, RESPONSES_BODY), (MESSAGES, MESSAGES_BODY)]
 )
-def test_the_prompt_is_the_servers(backend: EngineBackend, dialect: str, body: dict) -> None:
-    llm = backend._llm
-    rendered = render_request(llm, dialect, json.dumps(body))
-    assert list(rendered.prompts[0]) == _server_prompt(llm, dialect, body)
+@pytest.mark.parametrize("flags", sorted(SERVING))
+def test_the_prompt_is_the_servers(
+    backend: EngineBackend, dialect: str, body: dict, flags: str
+) -> None:
+    llm, serving = backend._llm, SERVING[flags]
+    rendered = render_request(llm, dialect, json.dumps(body), serving)
+    assert list(rendered.prompts[0]) == _server_prompt(llm, dialect, body, serving)
+    # The server's own template and kwargs, not the tokenizer's, made that prompt.
+    prompt_text = llm.get_tokenizer().decode(list(rendered.prompts[0]))
+    assert ("system | Be terse." in prompt_text) == (serving is not VLLM_DEFAULTS)
     assert rendered.max_tokens == 24 and rendered.params.max_tokens == 24
+
+
+def test_responses_from_a_server_with_a_parser_are_not_replayed(backend: EngineBackend) -> None:
+    serving = ServingFlags.of(reasoning_parser="deepseek_r1")
+    with pytest.raises(RenderError, match="reasoning or tool parser"):
+        render_request(backend._llm, RESPONSES, json.dumps(RESPONSES_BODY), serving)
+
+
+def test_the_sampling_fields_vllm_ignores_in_messages_are_not_in_its_request_model() -> None:
+    from vllm.entrypoints.anthropic.protocol import AnthropicMessagesRequest
+
+    assert not set(MESSAGES_IGNORED) & set(AnthropicMessagesRequest.model_fields)
 
 
 def test_a_previous_response_is_not_replayed(backend: EngineBackend) -> None:
