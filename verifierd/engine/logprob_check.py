@@ -73,15 +73,15 @@ def check_logprobs(
         return None if shape is None else Finding(Reason.LOGPROBS_MISMATCH, shape.detail)
 
     ids: list[int] = []
-    for i, (rows, r) in enumerate(found):
+    for i, (rows, r, _) in enumerate(found):
         ids.append(output[i])
         ids.extend(int(t) for t in rows.top_ids[r])
     names = iter(convert_ids_list_to_tokens(tokenizer, ids))
     verified = []
-    for rows, r in found:
+    for rows, r, value in found:
         sampled = verified_name(next(names))
         top = tuple(RankedToken(verified_name(next(names)), float(v)) for v in rows.top_values[r])
-        verified.append(VerifiedPosition(sampled, float(rows.sampled[r]), top))
+        verified.append(VerifiedPosition(sampled, value, top))
     result = compare(claim, verified, chat=chat, requested_top=requested)
     if isinstance(result, ShapeMismatch):
         return Finding(Reason.LOGPROBS_MISMATCH, result.detail)
@@ -90,16 +90,37 @@ def check_logprobs(
 
 def _rows_by_position(
     output: Sequence[int], passes: Sequence[PassRows]
-) -> list[tuple[LogprobRows, int]] | None:
-    """For each output position, the rows and row index that hold its values."""
+) -> list[tuple[LogprobRows, int, float | None]] | None:
+    """For each output position, the rows and row index that hold its values, and the
+    value of the output's token there (None: not known, see `_sampled_value`)."""
     spans = []
     for pass_output, rows in passes:
         agree = first_difference(pass_output, output)
-        spans.append((rows, rows.first, min(agree, rows.first + len(rows.sampled))))
+        spans.append((pass_output, rows, agree))
     found = []
     for i in range(len(output)):
-        hit = next(((rows, i - lo) for rows, lo, hi in reversed(spans) if lo <= i < hi), None)
-        if hit is None or math.isnan(float(hit[0].sampled[hit[1]])):
+        # The row's distribution needs the prefix before i; its scored value, token i too.
+        rows_at = [
+            (o, rows, agree)
+            for o, rows, agree in reversed(spans)
+            if rows.first <= i < rows.first + len(rows.sampled) and i <= agree
+        ]
+        if not rows_at:
             return None
-        found.append(hit)
+        exact = next(((rows, agree) for _, rows, agree in rows_at if i < agree), None)
+        rows, _ = exact if exact is not None else (rows_at[0][1], rows_at[0][2])
+        r = i - rows.first
+        found.append((rows, r, _sampled_value(rows, r, output[i], exact is not None)))
     return found
+
+
+def _sampled_value(rows: LogprobRows, r: int, token: int, scored: bool) -> float | None:
+    """The value of ``token`` in row ``r``. Where the search adopted the sampler's own
+    pick the row was computed for the token it replaced; the pick's value is then
+    known only when it is among the row's top entries."""
+    if scored and not math.isnan(float(rows.sampled[r])):
+        return float(rows.sampled[r])
+    hits = [
+        float(v) for t, v in zip(rows.top_ids[r], rows.top_values[r], strict=True) if t == token
+    ]
+    return hits[0] if hits else None

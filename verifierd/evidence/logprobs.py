@@ -89,7 +89,9 @@ class VerifiedPosition:
 
     #: vLLM's name for the scored token; None when vLLM names it from its context.
     token: str | None
-    logprob: float
+    #: The scored token's value; None when the recomputed row does not hold it (the
+    #: top entries are still compared).
+    logprob: float | None
     #: The verifier's most likely tokens in non-increasing order (at least as many
     #: as the claim may list).
     top: tuple[RankedToken, ...]
@@ -354,7 +356,11 @@ def _deviation(c: ClaimedPosition, v: VerifiedPosition) -> tuple[float, str, flo
     for ranked in v.top:
         mine.setdefault(ranked.token, []).append(max(FLOOR, ranked.logprob))
     unnamed = mine.get(None, [])
-    worst = (abs(c.logprob - max(FLOOR, v.logprob)), c.token, c.logprob, max(FLOOR, v.logprob))
+    worst = (
+        (0.0, c.token, c.logprob, math.nan)
+        if v.logprob is None
+        else (abs(c.logprob - max(FLOOR, v.logprob)), c.token, c.logprob, max(FLOOR, v.logprob))
+    )
     listed = c.top[1:]
     if not listed:
         return worst
