@@ -10,8 +10,13 @@
  *   its opening brace, N a fresh 63-bit value from the system's CSPRNG; every
  *   other byte of the body is kept as the client sent it;
  * - anything else (a seed already there, even null; an array; text that is
- *   not JSON, or not UTF-8; an empty body) is forwarded unchanged: the server answers it as
- *   before, and the verifier reports it as UNVERIFIABLE(no_seed) if sampled.
+ *   not JSON, or not UTF-8; an empty body) is forwarded unchanged: the server
+ *   answers it as before, and the verifier reports it as UNVERIFIABLE(no_seed)
+ *   if sampled;
+ * - a body nginx kept in a temporary file (client_body_buffer_size smaller
+ *   than client_max_body_size) cannot be read here: it is logged as an error
+ *   and replaced by an empty body, which the server refuses, so nothing is
+ *   answered unseeded by mistake.
  */
 
 /* A uniform integer in [0, 2^63) as decimal digits: njs 0.7 has no BigInt, so
@@ -61,7 +66,16 @@ function utf8Text(bytes) {
 }
 
 function seededBody(r) {
-    var bytes = r.requestBuffer;
+    var bytes;
+    try {
+        bytes = r.requestBuffer;
+    } catch (e) {
+        // Kept in a temporary file: unreadable here. An empty body is refused upstream.
+        r.error('veritap seed gateway: request body not in memory (' + e.message + '): '
+                + 'client_body_buffer_size must be as large as client_max_body_size; '
+                + 'forwarding an empty body, which the server refuses');
+        return '';
+    }
     if (bytes === undefined) {
         return '';
     }

@@ -253,6 +253,38 @@ def test_a_body_of_the_largest_size_is_seeded_and_a_larger_one_refused(setup: Se
     assert (status, got) == (413, None)
 
 
+def test_a_body_nginx_kept_in_a_file_is_not_forwarded_unseeded(tmp_path: Path) -> None:
+    """The one misconfiguration seed.js cannot work around: a buffer smaller than the
+    largest body accepted. The body goes out empty (refused by any server) and the error
+    log says which setting is wrong."""
+    shipped = (GATEWAY_DIR / "seed-locations.conf").read_text()
+    locations = tmp_path / "seed-locations.conf"
+    locations.write_text(
+        shipped.replace("client_body_buffer_size 16m;", "client_body_buffer_size 1k;")
+    )
+    upstream = Upstream()
+    with (
+        BackgroundServer(_recording_server(upstream)) as server,
+        seed_gateway(tmp_path / "gateway", ("127.0.0.1", server.port), locations) as gateway,
+    ):
+        body = b'{"prompt":"' + b"x" * 4096 + b'"}'
+        status, got = _send(Setup(gateway, upstream), "/v1/completions", body)
+        assert status == 200 and got is not None and got.body == b""
+        small = b'{"prompt":"x"}'
+        _, got = _send(Setup(gateway, upstream), "/v1/completions", small)
+        assert got is not None
+        _seed_of(small, got.body)
+    assert "client_body_buffer_size must be as large" in gateway.error_log.read_text()
+
+
+def test_the_shipped_buffer_holds_the_largest_body_accepted() -> None:
+    shipped = (GATEWAY_DIR / "seed-locations.conf").read_text()
+    sizes = dict(
+        re.findall(r"^(client_max_body_size|client_body_buffer_size) (\S+);", shipped, re.M)
+    )
+    assert sizes == {"client_max_body_size": "16m", "client_body_buffer_size": "16m"}
+
+
 def test_a_streamed_answer_reaches_the_client_event_by_event(setup: Setup) -> None:
     setup.upstream.first_event_read.clear()
     connection = http.client.HTTPConnection("127.0.0.1", setup.gateway.port, timeout=60)

@@ -36,6 +36,7 @@ class Gateway:
     port: int
     #: The nginx master's process id (its workers are its children).
     pid: int
+    error_log: Path
 
     @property
     def url(self) -> str:
@@ -50,11 +51,15 @@ class Gateway:
 
 
 def nginx_config(work: Path, http: str) -> str:
-    """A whole nginx.conf whose files are under ``work``, with ``http`` in its http block."""
+    """A whole nginx.conf whose files are under ``work``, with ``http`` in its http block.
+
+    Its workers run as root when the test does (else nobody, who cannot write into
+    pytest's private temporary folders)."""
     temp = {name: work / name for name in ("body", "proxy", "fastcgi", "uwsgi", "scgi")}
     return f"""
 load_module {JS_MODULE};
 daemon off;
+{"user root;" if os.geteuid() == 0 else ""}
 worker_processes 1;
 pid {work / "nginx.pid"};
 error_log {work / "error.log"} info;
@@ -71,7 +76,7 @@ http {{
 """
 
 
-def _gateway_http(upstream: tuple[str, int], port: int) -> str:
+def _gateway_http(upstream: tuple[str, int], port: int, locations: Path) -> str:
     return f"""
     js_path "{GATEWAY_DIR}/";
     upstream veritap_prover {{
@@ -80,23 +85,26 @@ def _gateway_http(upstream: tuple[str, int], port: int) -> str:
     }}
     server {{
         listen 127.0.0.1:{port};
-        include {GATEWAY_DIR / "seed-locations.conf"};
+        include {locations};
     }}
 """
 
 
 @contextmanager
-def seed_gateway(work: Path, upstream: tuple[str, int]) -> Iterator[Gateway]:
-    """nginx running the seed gateway in front of ``upstream`` until the block ends."""
+def seed_gateway(
+    work: Path, upstream: tuple[str, int], locations: Path = GATEWAY_DIR / "seed-locations.conf"
+) -> Iterator[Gateway]:
+    """nginx running the seed gateway (``locations``: the shipped ones unless a test
+    changes them) in front of ``upstream`` until the block ends."""
     missing = gateway_missing()
     if missing is not None or NGINX is None:
         raise RuntimeError(missing)
     work.mkdir(parents=True, exist_ok=True)
     port = free_port()
     config = work / "nginx.conf"
-    config.write_text(nginx_config(work, _gateway_http(upstream, port)))
+    config.write_text(nginx_config(work, _gateway_http(upstream, port, locations)))
     argv = [NGINX, "-c", str(config), "-p", str(work), "-e", str(work / "error.log")]
     with ProcessGroup(work / "logs") as group:
         child = group.start("nginx", argv)
         group.wait_until("the gateway", lambda: port_open("127.0.0.1", port), 30)
-        yield Gateway(port, child.process.pid)
+        yield Gateway(port, child.process.pid, work / "error.log")
