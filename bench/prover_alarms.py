@@ -7,7 +7,8 @@ after its model (e.g. ``random``, and ``trained`` for a ``--trained`` run).
 
 Per commitment (float32, bfloat16): its honest responses are split in two at
 random; one half calibrates (`verifierd.calibration.calibrate` gives Δmax, and
-`HonestTails` counts the honest tokens above each level), the other half feeds
+`HonestTails` counts the honest tokens and responses above each level, and the
+responses holding a cluster: two tokens or more above 0), the other half feeds
 the honest provers. Each simulated prover sends responses drawn with replacement
 from its case, each cut to a length drawn log-uniformly from 16 to 1,000 tokens
 (a prefix: the same seed generates the same first tokens), and its state is
@@ -22,11 +23,13 @@ raised it ended, and the same-run reference: pooled tokens until the first
 changed token (margin > 0), which no token-level test can beat; "x first
 changed" is the ratio of medians. Per honest commitment: provers, pooled
 tokens, alarms at the default alpha = 1e-6 per day and at 1e-2, beside the
-theoretical bound (alpha + the calibration miss delta = 1e-6, for a prover's
-first day), and the largest ln E any honest prover reached as a fraction of
-the threshold ln(1 / alpha). Last, the null's worst case: synthetic margins
-exceeding each level at exactly its bound q_k (each product a martingale), at
-alpha = 1e-2, where a rate is measurable, against that bound.
+theoretical bound (alpha, for a prover's first day), the largest ln E any
+honest prover reached as a fraction of the threshold ln(1 / alpha), the unit
+the test runs in (per response where calibration saw a cluster) and, for a
+commitment tested per response, the alarms at 1e-2 had it been tested per
+token (what clustered honest noise does to a per-token null). Last, the null's
+own case: synthetic calibrations and provers exceeding at one rate, at alpha =
+1e-2, where a rate is measurable, against that bound.
 
 Targets (issue #16): median <= 300 and 99th percentile <= 1,000 pooled tokens
 for every dishonest case; 0 false alarms over >= 10^6 honest pooled tokens per
@@ -44,7 +47,7 @@ import argparse
 import math
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -55,10 +58,10 @@ sys.path[:0] = [str(ROOT), str(ROOT / "protos")]
 
 from verifierd.calibration import calibrate  # noqa: E402
 from verifierd.provers.sequential import (  # noqa: E402
-    DEFAULT_CALIBRATION_MISS,
     DEFAULT_FALSE_ALARM_PER_DAY,
     HonestTails,
     SequentialTest,
+    Unit,
     log_e_value,
     start,
     update,
@@ -170,28 +173,34 @@ def load(
 
 
 def alpha_test(test: SequentialTest, alpha: float) -> SequentialTest:
-    return SequentialTest(alpha, test.delta_max, test.levels, test.tails)
+    return replace(test, false_alarm_per_day=alpha)
 
 
-def worst_case_null(
-    test: SequentialTest, provers: int, rng: np.random.Generator
+#: The null's own case: (unit, calibration units, rate per unit); per token like a
+#: float32 or bfloat16 commitment, per response like a clustered one.
+NULL_CASES = ((Unit.TOKEN, 150_000, 1e-4), (Unit.TOKEN, 150_000, 1e-3), (Unit.RESPONSE, 150, 0.05))
+
+
+def null_alarms(
+    unit: Unit, units: int, rate: float, provers: int, rng: np.random.Generator
 ) -> tuple[int, int]:
-    """Provers (of ``provers``) crossing at LOOSE_ALPHA when every token exceeds
-    level k with probability exactly q_k; and the pooled tokens."""
-    loose = alpha_test(test, LOOSE_ALPHA)
-    q, levels = np.asarray(test.tails), np.asarray(test.levels)
-    # A token above exactly j levels: at level j itself (not above it), or past the top one.
-    values = np.concatenate([[0.0], levels[1:], [(levels[-1] + test.delta_max) / 2]])
-
-    def respond(length: int) -> Margins:
-        passed = (rng.random((length, 1)) < q[None, :]).sum(axis=1)
-        out: Margins = values[passed]
-        return out
-
-    alarms = sum(
-        simulate(loose, respond, HONEST_STREAM, rng).alarm_token is not None for _ in range(provers)
-    )
-    return alarms, provers * HONEST_STREAM
+    """Provers (of ``provers``) crossing at LOOSE_ALPHA when the calibration's units
+    and the prover's all exceed level 0 independently at ``rate`` (each prover has a
+    calibration of its own); and the pooled units."""
+    alarms = pooled = 0
+    for _ in range(provers):
+        n = int(rng.binomial(units, rate))
+        test = SequentialTest(LOOSE_ALPHA, 1.0, (0.0,), unit, units, (n,))
+        if unit is Unit.TOKEN:
+            stream = [(rng.random(HONEST_STREAM) < rate) * 0.5]
+        else:
+            stream = [np.array([0.5 * (rng.random() < rate)]) for _ in range(units)]
+        state = start(test, 0.0)
+        for m in stream:
+            state = update(state, m, 0.0)
+        alarms += state.alarm is not None
+        pooled += state.units
+    return alarms, pooled
 
 
 def dishonest_table(
@@ -231,14 +240,14 @@ def honest_table(
 ) -> tuple[int, list[int]]:
     """Print the honest commitments' table; return the false alarms at the default
     alpha and each commitment's pooled tokens."""
-    bound = DEFAULT_FALSE_ALARM_PER_DAY + DEFAULT_CALIBRATION_MISS
-    loose_bound = LOOSE_ALPHA + DEFAULT_CALIBRATION_MISS
+    bound, loose_bound = DEFAULT_FALSE_ALARM_PER_DAY, LOOSE_ALPHA
     print(
         f"\n| model | honest commitment | provers | pooled tokens | alarms @ alpha "
         f"{DEFAULT_FALSE_ALARM_PER_DAY:g} | bound per prover | alarms @ alpha {LOOSE_ALPHA:g} "
-        "| bound per prover | peak ln E / ln(1/alpha) |"
+        "| bound per prover | peak ln E / ln(1/alpha) | unit | alarms @ alpha "
+        f"{LOOSE_ALPHA:g} if tested per token |"
     )
-    print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---|---:|")
     false_alarms, pooled = 0, []
     provers = math.ceil(tokens / HONEST_STREAM)
     for c in commitments:
@@ -254,27 +263,38 @@ def honest_table(
         false_alarms += alarms
         pooled.append(sum(r.pooled for r in runs))
         peak = max(r.peak_log_e for r in runs) / -math.log(DEFAULT_FALSE_ALARM_PER_DAY)
+        per_token = "(same)"
+        if c.test.unit is Unit.RESPONSE:
+            forced = SequentialTest.from_honest(
+                replace(c.tails, clustered=0), false_alarm_per_day=LOOSE_ALPHA
+            )
+            forced_alarms = sum(
+                simulate(forced, from_pool(c.honest, rng), HONEST_STREAM, rng).alarm_token
+                is not None
+                for _ in range(provers)
+            )
+            per_token = f"{forced_alarms} ({forced_alarms / provers:.2g})"
         print(
             f"| {c.model} | {c.dtype} | {provers} | {pooled[-1]:,} "
             f"| {alarms} ({alarms / provers:.2g}) | {bound:.0e} "
             f"| {loose_alarms} ({loose_alarms / provers:.2g}) | {loose_bound:.2g} "
-            f"| {peak:.3f} |",
+            f"| {peak:.3f} | {c.test.unit} | {per_token} |",
             flush=True,
         )
     return false_alarms, pooled
 
 
-def null_table(commitments: Sequence[Commitment], provers: int, rng: np.random.Generator) -> None:
+def null_table(provers: int, rng: np.random.Generator) -> None:
     print(
-        "\n| null's worst case (margins at the bounds q_k) | provers | pooled tokens "
-        f"| alarms @ alpha {LOOSE_ALPHA:g} | rate | bound |"
+        "\n| null's own case: calibration and prover exceed at one rate | provers "
+        f"| pooled units | alarms @ alpha {LOOSE_ALPHA:g} | rate | bound |"
     )
     print("|---|---:|---:|---:|---:|---:|")
-    for c in commitments:
-        alarms, pooled = worst_case_null(c.test, provers, rng)
+    for unit, units, rate in NULL_CASES:
+        alarms, pooled = null_alarms(unit, units, rate, provers, rng)
         print(
-            f"| {c.model} {c.dtype} | {provers} | {pooled:,} | {alarms} "
-            f"| {alarms / provers:.4f} | {LOOSE_ALPHA:g} |",
+            f"| per {unit}, {units:,} calibration units, rate {rate:g} | {provers} "
+            f"| {pooled:,} | {alarms} | {alarms / provers:.4f} | {LOOSE_ALPHA:g} |",
             flush=True,
         )
 
@@ -291,13 +311,12 @@ def calibration_size_table(
     if any(c.tails.exceedances):
         return
     print(
-        f"\n| {' '.join(case)}: calibrated on N exact honest tokens | q at m > 0 "
+        f"\n| {' '.join(case)}: calibrated on N exact honest tokens "
         "| median tokens to alarm | p99 |"
     )
-    print("|---|---:|---:|---:|")
+    print("|---|---:|---:|")
     for tokens in dict.fromkeys((c.tails.tokens, 10**6, 10**7)):
-        tails = HonestTails(c.tails.delta_max, tokens, c.tails.levels, c.tails.exceedances)
-        test = SequentialTest.from_honest(tails)
+        test = SequentialTest.from_honest(replace(c.tails, tokens=tokens))
         alarms = [
             simulate(test, from_pool(pool, rng), DISHONEST_CAP, rng).alarm_token
             for _ in range(provers)
@@ -305,7 +324,7 @@ def calibration_size_table(
         median, p99 = (quantile(alarms, q, DISHONEST_CAP) for q in (0.5, 0.99))
         print(
             f"| N = {tokens:,}{' (this run)' if tokens == c.tails.tokens else ''} "
-            f"| {test.tails[0]:.3g} | {cell(median, DISHONEST_CAP)} | {cell(p99, DISHONEST_CAP)} |",
+            f"| {cell(median, DISHONEST_CAP)} | {cell(p99, DISHONEST_CAP)} |",
             flush=True,
         )
 
@@ -339,21 +358,22 @@ def report(workdirs: Sequence[Path], provers: int, honest_tokens: int, null_prov
     float32 = {c.model: c.test for c in commitments if c.dtype == "float32"}
 
     print(
-        f"# alpha {DEFAULT_FALSE_ALARM_PER_DAY:g} per prover per day, calibration miss "
-        f"{DEFAULT_CALIBRATION_MISS:g}; responses of {MIN_LENGTH}-{MAX_LENGTH} tokens "
-        "(log-uniform), one update each"
+        f"# alpha {DEFAULT_FALSE_ALARM_PER_DAY:g} per prover per day; responses of "
+        f"{MIN_LENGTH}-{MAX_LENGTH} tokens (log-uniform), one update each"
     )
     for c in commitments:
+        t = c.test
         levels = ", ".join(
-            f"m > {lv:g}: q {q:.3g}" for lv, q in zip(c.test.levels, c.test.tails, strict=True)
+            f"m > {lv:g}: {n}" for lv, n in zip(t.levels, t.calibration_counts, strict=True)
         )
         print(
-            f"# {c.model} {c.dtype}: calibrated on {c.tails.tokens:,} honest tokens, "
-            f"delta_max {c.test.delta_max:.3g}; {levels}"
+            f"# {c.model} {c.dtype}: calibrated on {c.tails.tokens:,} honest tokens in "
+            f"{c.tails.responses} responses ({c.tails.clustered} with a cluster), delta_max "
+            f"{t.delta_max:.3g}; per {t.unit}, of {t.calibration_units:,} exceeding {levels}"
         )
     alarm_tokens = dishonest_table(dishonest, float32, provers, rng)
     false_alarms, pooled = honest_table(commitments, honest_tokens, rng)
-    null_table(commitments, null_provers, rng)
+    null_table(null_provers, rng)
 
     worst = max(alarm_tokens, key=lambda k: alarm_tokens[k][0])
     worst_p99 = max(p99 for _, p99 in alarm_tokens.values())

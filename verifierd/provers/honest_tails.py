@@ -15,24 +15,36 @@ from typing import Any
 
 import lmdb
 
-from verifierd.provers.sequential import HonestTails
+from verifierd.provers.sequential import HonestTails, SequentialTestError
 from verifierd.store import Store
 
 #: The named database: commitment id (hex) -> HonestTails JSON.
 DB_NAME = "honest_tails"
+#: Version of the JSON form; the first had no per-response counts.
+TAILS_FORMAT = 2
 
 
 def encode_tails(tails: HonestTails) -> bytes:
-    return json.dumps(asdict(tails), sort_keys=True).encode()
+    return json.dumps({"format": TAILS_FORMAT, **asdict(tails)}, sort_keys=True).encode()
 
 
 def decode_tails(raw: bytes) -> HonestTails:
+    """The stored tails; tails stored before the per-response counts existed are an
+    error that says to calibrate again (no test runs on them)."""
     data = json.loads(raw)
+    if data.get("format") != TAILS_FORMAT:
+        raise SequentialTestError(
+            "honest tails of an earlier format (no per-response counts): run "
+            "`verifierd calibrate --apply` again"
+        )
     return HonestTails(
         delta_max=float(data["delta_max"]),
         tokens=int(data["tokens"]),
         levels=tuple(float(c) for c in data["levels"]),
         exceedances=tuple(int(n) for n in data["exceedances"]),
+        responses=int(data["responses"]),
+        response_exceedances=tuple(int(n) for n in data["response_exceedances"]),
+        clustered=int(data["clustered"]),
     )
 
 
@@ -56,6 +68,9 @@ def store_honest_tails(
                 "delta_max": tails.delta_max,
                 "levels": list(tails.levels),
                 "exceedances": list(tails.exceedances),
+                "responses": tails.responses,
+                "response_exceedances": list(tails.response_exceedances),
+                "clustered": tails.clustered,
             },
         )
 

@@ -2,74 +2,75 @@
 
 Pure numpy, no I/O, no clock of its own: the caller passes the verifier's time.
 A prover's evidence is a `SequentialState`; `update` folds in the margins of
-one scored response (or several) and returns a new state; `crossed` says
-whether the test has ever raised its alarm (sticky). States serialise to JSON.
+one scored response and returns a new state; `crossed` says whether the test
+has ever raised its alarm (sticky). States serialise to JSON.
 
-**The statistic.** Margins are clipped at Δmax like scoring does (+inf, a
-claimed token outside the mask, counts as Δmax). For levels c_1 < ... < c_K
-(below Δmax) the commitment's honest traffic gives upper bounds q_k on the
-honest per-token rate P(m > c_k) (`HonestTails`, `SequentialTest`). For each
-level k and bet fraction f in F = {2^-1, ..., 2^-16} a token contributes the
-factor
+**Units.** Margins are clipped at Δmax like scoring does (+inf, a claimed token
+outside the mask, counts as Δmax). For levels c_1 < ... < c_K (below Δmax) a
+*unit* exceeds level k when it holds a margin > c_k. The unit is the token
+where calibration saw no honest response with two tokens above c_1 (float32:
+reproduction is exact, every honest margin 0), and the response otherwise
+(bfloat16: a near-tie prompt flips several tokens of one response, so honest
+exceedances cluster and tokens are not independent; responses are). The
+calibration measured N honest units, n_k of them exceeding level k; the prover
+has pooled u units, s_k of them exceeding (`HonestTails`, `SequentialTest`).
 
-    e_{k,f}(m) = 1 - f + f * [m > c_k] / q_k,
+**The statistic.** One level, rates p in [0, 1]. For a rate p let L_cal(p) be
+the likelihood of the calibration's counts (N, n) and, for each rate r_j of
+R = {2^-1, ..., 2^-20}, r'_j(p) = max(r_j, p). Then
 
-and the e-value after n pooled tokens is the fixed mixture
+    M(p) = A / L_cal(p) * sum_j w * prod_{i<=u} (r'_j/p)^[x_i] ((1-r'_j)/(1-p))^(1-[x_i]),
 
-    E_n = sum_{k,f} w * prod_{i<=n} e_{k,f}(m_i),    w = 1 / (K * |F|).
+x_i the prover's i-th unit exceeding or not, w = 1/|R|, and A = 1/2 [n = 0] +
+1/2 mean over rates 2^-1, ..., 2^-48 of their likelihood of (N, n): a
+probability distribution over the calibration's outcomes, fixed before it ran.
+The level's e-value is a lower bound of inf over p of M(p), computed exactly
+per interval between consecutive rates of R (each term of M is monotone or
+log-concave in p there); E is the mean of the levels' e-values. It depends only
+on (N, n_k) and (u, s_k), so a state is a few integers and the evidence is the
+same whatever the order of the tokens. E rises only at an exceeding unit (at
+fixed p every factor of a unit that does not exceed is <= 1), so the alarm,
+raised at the first unit with E >= 1 / (alpha * d), d the day of the update
+that scores it (or at the start of an update whose new day lowers the
+threshold under the evidence already pooled), is checked there. Per token,
+splitting updates never changes when it is raised (within one day); per
+response, one update is one response (the unit: a verdict's choices together).
 
-It depends only on n and on how many tokens exceeded each level, so a state is
-a few integers, and the e-value is the same whatever the order of the tokens
-and however they are split into updates. The alarm is raised at the first token
-n with E_n >= 1 / (alpha * d), d the day (below) of the update that scores it,
-or at the start of an update whose new day lowers the threshold under the
-evidence already pooled. Tokens are checked one by one in the order given, so
-splitting updates never changes when it is raised (within one day), and
-reordering can only move it.
-
-**The bound.** Null hypothesis (an honest prover): for every scored token i and
-level k, P(m_i > c_k | everything before token i) <= q_k. Then each factor
-e_{k,f} >= 0 has conditional mean 1 - f + f * P(m_i > c_k | ...) / q_k <= 1,
-so each product is a nonnegative supermartingale starting at 1, and so is
-their fixed mixture E_n. Ville's inequality: P(exists n: E_n >= b) <= 1 / b.
+**The bound.** Null hypothesis (an honest prover): there is a rate p* such
+that the calibration's units were independent draws exceeding each level with
+rate p*_k, and each of the prover's units exceeds it with rate <= p*_k given
+everything before it. For p = p*, each product above is a nonnegative
+supermartingale (r'_j >= p*: a unit's factor has conditional mean 1 - (1 -
+rate/p*)(r'_j - p*)/(1 - p*) <= 1) and the calibration's factor A / L_cal(p*)
+has mean sum over outcomes of A = 1; so each level's M(p*_k), and their mean,
+is a nonnegative supermartingale whose start has mean 1, above E at every unit.
+Ville's inequality: P(exists u: E_u >= b) <= 1 / b.
 
 "alpha per prover per day": day d(t) = max(1, ceil((t - t_0) / 86400 s)),
 t_0 the verifier's time when the prover's test started (first seen, or the
 admin's clear), t the verifier's time when a token is scored. The alarm
-threshold 1 / (alpha * d) never rises, so an alarm raised at a token scored
-within the first D days had E_n >= 1 / (alpha * d) >= 1 / (alpha * D), and
+threshold 1 / (alpha * d) never rises, so an alarm raised at a unit scored
+within the first D days had E >= 1 / (alpha * d) >= 1 / (alpha * D), and
 
     P(an honest prover alarms within its first D days) <= alpha * D
 
 for every D, whatever the amount and timing of its traffic: the false-alarm
-budget accrues alpha per day. (Restarting the test every day gives the same
-bound by a union over days, but throws the evidence away at each restart.)
-When an admin clears an alarm the prover starts a fresh state, whose bound
-counts from the clear.
+budget accrues alpha per day (default 1e-6). The calibration is inside the
+bound (no separate miss probability for its counts): what calibration must
+make true is the null, i.e. the honest traffic it recomputes must come from the
+deployment's own engine and dtype (bfloat16 noise, GPU batch shapes), since
+more frequent honest noise than calibration saw is outside it; per token, so
+is honest noise that clusters within responses, which is why a commitment
+whose calibration saw any cluster is tested per response. When an admin clears
+an alarm the prover starts a fresh state, whose bound counts from the clear.
 
-**Where q_k come from.** Calibration counted n_k of N honest tokens with
-margin > c_k. q_k is the binomial Chernoff upper confidence bound at miss
-delta / K: the largest q with N * KL(n_k / N || q) <= ln(K / delta), so an
-honest rate above q_k would have produced at most n_k exceedances with
-probability <= delta / K. Treating the calibration tokens as independent draws
-of the honest margin distribution, every q_k holds with probability >= 1 -
-delta, and overall P(false alarm within D days) <= delta + alpha * D. Both
-default to 1e-6. The assumption is what calibration must make true: the honest
-traffic it recomputes must come from the deployment's own engine and dtype
-(bfloat16 noise, GPU batch shapes), since more frequent honest noise than
-calibration saw is outside the null. So is honest noise that clusters within
-responses, which both the per-token null and the calibration's independence
-leave out: bfloat16 near-ties on a trained model do (bench/RESULTS.md,
-prover_alarms), and there the bound is not guaranteed.
-
-**Robustness.** float32 reproduction is exact, so every honest margin is 0,
-q_1 ~ ln(K / delta) / N at c_1 = 0 and any changed token is evidence. bfloat16
-gives honest margins above 0: the levels honest noise reaches get large q_k
-(little evidence), those above it keep small ones; a level whose q_k is not
-below that of the level under it adds nothing and is dropped. Honest
-out-of-mask tokens count at every level in calibration as in the test. One
-token can multiply E by at most 1 / q_k, so an alarm needs about
-ln(1 / alpha) / ln(1 / q) exceeding tokens, whatever their margins.
+**Power.** Per token with N exact honest tokens (n = 0), s exceeding tokens
+among u give ln E ~ s ln(N / (e u)) - ln |R| - ln 2 at best: the calibration's
+tokens and the prover's are judged together, so an honest rate high enough to
+explain s exceedances in u tokens would have shown in N. A level whose count is
+not below that of the level under it adds nothing and is dropped. Per response,
+one response is worth at most ~ln(N / n) whatever its margins: bfloat16
+commitments need more responses to alarm than float32 ones.
 """
 
 from __future__ import annotations
@@ -78,6 +79,7 @@ import json
 import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
+from enum import StrEnum
 from typing import Any
 
 import numpy as np
@@ -87,18 +89,36 @@ from verifierd.errors import VerifierdError
 
 #: Margin levels the honest tails are counted at (those below Δmax are used).
 LEVELS: tuple[float, ...] = (0.0, 1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1.0)
-#: Bet fractions f of the mixture.
-BET_FRACTIONS: tuple[float, ...] = tuple(2.0**-j for j in range(1, 17))
+#: Rates of the prover's alternatives (the mixture R), and their weights: 4/5 on the
+#: rates 2^-6..2^-10 (1.6% to 0.1% of units changed), whose evidence accrues slowly;
+#: a higher rate crosses within a few units whatever its weight.
+PROVER_RATES: tuple[float, ...] = tuple(2.0**-j for j in range(1, 21))
+PROVER_WEIGHTS: tuple[float, ...] = tuple(
+    0.8 / 5 if 6 <= j <= 10 else 0.2 / 15 for j in range(1, 21)
+)
+#: Rates of the calibration's reference distribution A (besides rate 0).
+CALIBRATION_RATES: tuple[float, ...] = tuple(2.0**-j for j in range(1, 49))
 DEFAULT_FALSE_ALARM_PER_DAY = 1e-6
-DEFAULT_CALIBRATION_MISS = 1e-6
 SECONDS_PER_DAY = 86400.0
 #: Version of the JSON form of `SequentialState`.
-STATE_FORMAT = 1
-_BISECTION_STEPS = 200
+STATE_FORMAT = 2
+
+Counts = npt.NDArray[np.float64]
+
+
+class Unit(StrEnum):
+    """What the test counts as one independent observation."""
+
+    TOKEN = "token"
+    RESPONSE = "response"
 
 
 class SequentialTestError(VerifierdError):
     """Invalid input to the sequential test."""
+
+
+class StateFormatError(SequentialTestError):
+    """A state written by another version of the test (its evidence does not carry over)."""
 
 
 def clipped(margins: npt.ArrayLike, delta_max: float) -> npt.NDArray[np.float64]:
@@ -110,24 +130,40 @@ def clipped(margins: npt.ArrayLike, delta_max: float) -> npt.NDArray[np.float64]
     return np.minimum(m, delta_max)
 
 
+def _check_levels(levels: Sequence[float], delta_max: float) -> None:
+    if not levels or list(levels) != sorted(set(levels)) or levels[-1] >= delta_max:
+        raise SequentialTestError("levels must increase and stay below delta_max")
+
+
+def _check_counts(counts: Sequence[int], levels: Sequence[float], units: int) -> None:
+    if len(counts) != len(levels):
+        raise SequentialTestError("need one count per level")
+    if not all(units >= n >= 0 for n in counts):
+        raise SequentialTestError("counts must be in [0, units]")
+
+
 @dataclass(frozen=True)
 class HonestTails:
-    """How many of the honest calibration tokens had a margin above each level."""
+    """What calibration measured of the honest margins, per level: the tokens above
+    it, and the responses holding one; and how many responses held two or more
+    tokens above the lowest level (clusters)."""
 
     delta_max: float
     tokens: int
     levels: tuple[float, ...]
     exceedances: tuple[int, ...]
+    responses: int
+    response_exceedances: tuple[int, ...]
+    clustered: int
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.delta_max) and self.delta_max > 0):
             raise SequentialTestError(f"delta_max must be finite and > 0: {self.delta_max}")
-        if len(self.levels) != len(self.exceedances) or not self.levels:
-            raise SequentialTestError("need one exceedance count per level")
-        if list(self.levels) != sorted(set(self.levels)) or self.levels[-1] >= self.delta_max:
-            raise SequentialTestError("levels must increase and stay below delta_max")
-        if not all(self.tokens >= n >= 0 for n in self.exceedances):
-            raise SequentialTestError("exceedance counts must be in [0, tokens]")
+        _check_levels(self.levels, self.delta_max)
+        _check_counts(self.exceedances, self.levels, self.tokens)
+        _check_counts(self.response_exceedances, self.levels, self.responses)
+        if not 0 <= self.clustered <= self.responses <= self.tokens:
+            raise SequentialTestError("need clustered <= responses <= tokens")
 
     @classmethod
     def from_margins(
@@ -136,107 +172,137 @@ class HonestTails:
         delta_max: float,
         levels: Sequence[float] = LEVELS,
     ) -> HonestTails:
-        """Count the honest raw margins (+inf = outside the mask) above each level
-        below ``delta_max``, after clipping at it."""
+        """Count the honest raw margins (one array per response; +inf = outside the
+        mask) above each level below ``delta_max``, after clipping at it."""
         kept = tuple(c for c in levels if c < delta_max)
-        parts = [clipped(m, delta_max) for m in honest]
-        m = np.concatenate(parts) if parts else np.zeros(0)
+        parts = [np.asarray(m, dtype=np.float64).reshape(-1) for m in honest]
+        sizes = np.array([p.size for p in parts if p.size], dtype=np.int64)
+        m = clipped(np.concatenate(parts) if parts else np.zeros(0), delta_max)
+        above = (m[:, None] > np.asarray(kept)[None, :]).astype(np.int64)
+        starts = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
+        # Tokens above each level, per response: [responses, K].
+        per_level = np.add.reduceat(above, starts, axis=0) if sizes.size else above[:0]
         return cls(
             delta_max=delta_max,
             tokens=int(m.size),
             levels=kept,
-            exceedances=tuple(int(np.count_nonzero(m > c)) for c in kept),
+            exceedances=tuple(int(n) for n in per_level.sum(axis=0)),
+            responses=int(sizes.size),
+            response_exceedances=tuple(int(n) for n in (per_level > 0).sum(axis=0)),
+            clustered=int((per_level[:, 0] > 1).sum()) if kept else 0,
         )
 
 
-def tail_upper_bound(exceedances: int, tokens: int, miss: float) -> float:
-    """The largest rate q >= n / N with N * KL(n / N || q) <= ln(1 / miss): a rate
-    above it yields at most n exceedances in N tokens with probability <= miss
-    (Chernoff). 1.0 when N = 0."""
-    if tokens == 0:
-        return 1.0
-    p, budget = exceedances / tokens, math.log(1 / miss) / tokens
+def _xlogy(x: Counts, y: Counts) -> Counts:
+    """x * ln(y), 0 where x == 0."""
+    with np.errstate(divide="ignore"):
+        out: Counts = np.where(x == 0, 0.0, x * np.log(np.where(x == 0, 1.0, y)))
+    return out
 
-    def kl(q: float) -> float:
-        out = (1 - p) * math.log((1 - p) / (1 - q)) if p < 1 else 0.0
-        return out + (p * math.log(p / q) if p > 0 else 0.0)
 
-    lo, hi = p, 1.0
-    for _ in range(_BISECTION_STEPS):
-        mid = (lo + hi) / 2
-        if mid >= 1.0 or kl(mid) > budget:
-            hi = mid
-        else:
-            lo = mid
-    return hi
+def _log_likelihood(hits: Counts, units: Counts, p: Counts) -> Counts:
+    """ln of p^hits (1 - p)^(units - hits)."""
+    return _xlogy(hits, p) + _xlogy(units - hits, 1.0 - p)
+
+
+def _logsumexp(a: Counts, axis: int) -> Counts:
+    top = np.max(a, axis=axis, keepdims=True)
+    top = np.where(np.isfinite(top), top, 0.0)
+    with np.errstate(divide="ignore"):
+        out: Counts = np.squeeze(top, axis) + np.log(np.sum(np.exp(a - top), axis=axis))
+    return out
 
 
 @dataclass(frozen=True)
 class SequentialTest:
-    """The fixed parameters of a prover's test: levels, their honest rate bounds
-    q_k (decreasing, each < 1) and the false-alarm probability per day."""
+    """The fixed parameters of a prover's test: its unit, levels, the honest
+    calibration's units and counts per level, and the false-alarm probability per day."""
 
     false_alarm_per_day: float
     delta_max: float
     levels: tuple[float, ...]
-    tails: tuple[float, ...]
+    unit: Unit
+    calibration_units: int
+    calibration_counts: tuple[int, ...]
 
     def __post_init__(self) -> None:
         if not 0 < self.false_alarm_per_day < 1:
             raise SequentialTestError(
                 f"false alarm per day must be in (0, 1): {self.false_alarm_per_day}"
             )
-        if not self.levels or len(self.levels) != len(self.tails):
-            raise SequentialTestError("need one tail bound per level")
-        if list(self.levels) != sorted(set(self.levels)) or self.levels[-1] >= self.delta_max:
-            raise SequentialTestError("levels must increase and stay below delta_max")
-        if not all(0 < q < 1 for q in self.tails) or list(self.tails) != sorted(
-            set(self.tails), reverse=True
-        ):
-            raise SequentialTestError("tail bounds must decrease within (0, 1)")
+        _check_levels(self.levels, self.delta_max)
+        if self.calibration_units < 1:
+            raise SequentialTestError("the test needs calibrated units")
+        _check_counts(self.calibration_counts, self.levels, self.calibration_units)
+        if list(self.calibration_counts) != sorted(set(self.calibration_counts), reverse=True):
+            raise SequentialTestError("calibration counts must decrease with the level")
 
     @classmethod
     def from_honest(
-        cls,
-        honest: HonestTails,
-        *,
-        false_alarm_per_day: float = DEFAULT_FALSE_ALARM_PER_DAY,
-        calibration_miss: float = DEFAULT_CALIBRATION_MISS,
+        cls, honest: HonestTails, *, false_alarm_per_day: float = DEFAULT_FALSE_ALARM_PER_DAY
     ) -> SequentialTest:
-        """Bound each level's honest rate (miss ``calibration_miss`` / levels in
-        all) and keep the levels whose bound is below that of every lower one."""
-        miss = calibration_miss / len(honest.levels)
-        levels: list[float] = []
-        tails: list[float] = []
-        for c, n in zip(honest.levels, honest.exceedances, strict=True):
-            q = tail_upper_bound(n, honest.tokens, miss)
-            if q < (tails[-1] if tails else 1.0):
-                levels.append(c)
-                tails.append(q)
-        if not levels:
+        """The test of a commitment calibrated to ``honest``: per response if any honest
+        response held a cluster, else per token; the levels whose count is below that
+        of every lower one."""
+        unit = Unit.RESPONSE if honest.clustered else Unit.TOKEN
+        units, counts = (
+            (honest.responses, honest.response_exceedances)
+            if unit is Unit.RESPONSE
+            else (honest.tokens, honest.exceedances)
+        )
+        if units < 1:
             raise SequentialTestError("the honest margins leave no level to test at")
-        return cls(false_alarm_per_day, honest.delta_max, tuple(levels), tuple(tails))
+        levels: list[float] = []
+        kept: list[int] = []
+        for c, n in zip(honest.levels, counts, strict=True):
+            if not kept or n < kept[-1]:
+                levels.append(c)
+                kept.append(n)
+        return cls(false_alarm_per_day, honest.delta_max, tuple(levels), unit, units, tuple(kept))
 
     def log_threshold(self, day: int) -> float:
         """ln(1 / (alpha * day)): the alarm level of log E on that day (1-based)."""
         return -math.log(self.false_alarm_per_day) - math.log(day)
 
     def log_e_values(
-        self, tokens: npt.NDArray[np.int64], counts: npt.NDArray[np.int64]
+        self, units: npt.NDArray[np.int64], counts: npt.NDArray[np.int64]
     ) -> npt.NDArray[np.float64]:
-        """ln E after ``tokens`` [n] pooled tokens with ``counts`` [n, K] of them
-        above each level."""
-        f = np.asarray(BET_FRACTIONS)
-        q = np.asarray(self.tails)
-        miss = np.log1p(-f)
-        hit = np.log1p(f[None, :] * (1 / q[:, None] - 1))
-        s = counts.astype(np.float64)[:, :, None]
-        t = tokens.astype(np.float64)[:, None, None]
-        terms = ((t - s) * miss[None, None, :] + s * hit[None, :, :]).reshape(len(tokens), -1)
-        top = terms.max(axis=1)
-        weight = math.log(terms.shape[1])
-        out: npt.NDArray[np.float64] = top + np.log(np.exp(terms - top[:, None]).sum(axis=1))
-        return out - weight
+        """ln E after ``units`` [n] pooled units with ``counts`` [n, K] of them above
+        each level."""
+        big_n = float(self.calibration_units)
+        small_n = np.asarray(self.calibration_counts, dtype=np.float64)  # [K]
+        rates = np.asarray(PROVER_RATES)  # [J], decreasing
+        weights = np.asarray(PROVER_WEIGHTS)
+        # Interval i of p: [rates[i], 1] for i = 0, [rates[i], rates[i-1]], [0, rates[-1]]
+        # for i = J; the alternatives r_j >= p there are the first i.
+        lo = np.concatenate([rates, [0.0]])
+        hi = np.concatenate([[1.0], rates])
+        below = np.concatenate([np.cumsum(weights[::-1])[::-1], [0.0]])
+        with np.errstate(divide="ignore"):
+            others = np.log(np.minimum(below, 1.0))  # ln of the weight of the r_j < p
+        cal_rates = np.asarray(CALIBRATION_RATES)
+        cal_ll = _log_likelihood(small_n[:, None], np.full((1, 1), big_n), cal_rates[None, :])
+        log_a = np.logaddexp(
+            np.where(small_n == 0, math.log(0.5), -np.inf),
+            math.log(0.5) + _logsumexp(cal_ll, axis=1) - math.log(cal_rates.size),
+        )  # [K]
+        cal_best = _log_likelihood(
+            small_n[:, None], np.full((1, 1), big_n), np.clip((small_n / big_n)[:, None], lo, hi)
+        )  # [K, J+1]
+        u = units.astype(np.float64)[:, None, None]  # [n, 1, 1]
+        s = counts.astype(np.float64)[:, :, None]  # [n, K, 1]
+        prover = _log_likelihood(s, u, rates[None, None, :]) + np.log(weights)  # [n, K, J]
+        mixed = np.concatenate(
+            [np.full((*prover.shape[:2], 1), -np.inf), np.logaddexp.accumulate(prover, axis=2)],
+            axis=2,
+        )  # [n, K, J+1]: the first i alternatives
+        hits, total = small_n[None, :, None] + s, big_n + u
+        joint = _log_likelihood(hits, total, np.clip(hits / total, lo, hi))  # [n, K, J+1]
+        bound = np.logaddexp(others - cal_best, mixed - joint).min(axis=2)  # [n, K]
+        out: npt.NDArray[np.float64] = _logsumexp(log_a[None, :] + bound, axis=1) - math.log(
+            len(self.levels)
+        )
+        return out
 
 
 @dataclass(frozen=True)
@@ -247,7 +313,8 @@ class Alarm:
     at: float
     #: Day of the prover's test (1-based) at that time.
     day: int
-    #: Pooled tokens up to and including the one that crossed.
+    #: Pooled tokens up to and including the one that crossed (per response: up to
+    #: the end of the response that crossed).
     token: int
     log_e_value: float
     log_threshold: float
@@ -255,14 +322,21 @@ class Alarm:
 
 @dataclass(frozen=True)
 class SequentialState:
-    """A prover's evidence: its test, when the test started, the pooled tokens,
-    how many exceeded each level, and the alarm once raised (sticky)."""
+    """A prover's evidence: its test, when the test started, the pooled tokens and
+    responses, how many units exceeded each level, and the alarm once raised
+    (sticky)."""
 
     test: SequentialTest
     started_at: float
     tokens: int
+    responses: int
     exceedances: tuple[int, ...]
     alarm: Alarm | None = None
+
+    @property
+    def units(self) -> int:
+        """Pooled units of the test: tokens, or responses."""
+        return self.tokens if self.test.unit is Unit.TOKEN else self.responses
 
     def to_json(self) -> str:
         return json.dumps(
@@ -272,10 +346,13 @@ class SequentialState:
                     "false_alarm_per_day": self.test.false_alarm_per_day,
                     "delta_max": self.test.delta_max,
                     "levels": list(self.test.levels),
-                    "tails": list(self.test.tails),
+                    "unit": self.test.unit.value,
+                    "calibration_units": self.test.calibration_units,
+                    "calibration_counts": list(self.test.calibration_counts),
                 },
                 "started_at": self.started_at,
                 "tokens": self.tokens,
+                "responses": self.responses,
                 "exceedances": list(self.exceedances),
                 "alarm": None if self.alarm is None else asdict(self.alarm),
             },
@@ -287,13 +364,15 @@ class SequentialState:
         try:
             d: dict[str, Any] = json.loads(text)
             if d["format"] != STATE_FORMAT:
-                raise SequentialTestError(f"unknown state format {d['format']!r}")
+                raise StateFormatError(f"state format {d['format']!r}, not {STATE_FORMAT}")
             t = d["test"]
             test = SequentialTest(
                 float(t["false_alarm_per_day"]),
                 float(t["delta_max"]),
                 tuple(float(c) for c in t["levels"]),
-                tuple(float(q) for q in t["tails"]),
+                Unit(t["unit"]),
+                int(t["calibration_units"]),
+                tuple(int(n) for n in t["calibration_counts"]),
             )
             a = d["alarm"]
             alarm = (
@@ -311,19 +390,19 @@ class SequentialState:
                 test,
                 float(d["started_at"]),
                 int(d["tokens"]),
+                int(d["responses"]),
                 tuple(int(n) for n in d["exceedances"]),
                 alarm,
             )
         except (ValueError, KeyError, TypeError) as exc:
             raise SequentialTestError(f"not a sequential test state: {exc}") from exc
-        if len(state.exceedances) != len(test.levels):
-            raise SequentialTestError("one exceedance count per level needed")
+        _check_counts(state.exceedances, test.levels, state.units)
         return state
 
 
 def start(test: SequentialTest, at: float) -> SequentialState:
     """A prover's test with no evidence yet, started at verifier time ``at``."""
-    return SequentialState(test, at, 0, (0,) * len(test.levels))
+    return SequentialState(test, at, 0, 0, (0,) * len(test.levels))
 
 
 def day_of(state: SequentialState, at: float) -> int:
@@ -337,35 +416,54 @@ def log_bound(state: SequentialState, at: float) -> float:
 
 
 def update(state: SequentialState, margins: npt.ArrayLike, at: float) -> SequentialState:
-    """Fold in ``margins`` (raw or clipped, in scoring order) scored at verifier
-    time ``at``; the alarm is raised at the first of them whose e-value reaches
-    the threshold of ``at``'s day."""
+    """Fold in ``margins`` (raw or clipped, in scoring order) of one response scored
+    at verifier time ``at`` (per token, several responses may come together); the
+    alarm is raised at the first unit whose e-value reaches the threshold of
+    ``at``'s day."""
     test = state.test
     m = clipped(margins, test.delta_max)
     above = m[:, None] > np.asarray(test.levels)[None, :]
-    counts = np.asarray(state.exceedances, dtype=np.int64) + np.cumsum(above, axis=0)
+    prior = np.asarray(state.exceedances, dtype=np.int64)
+    if test.unit is Unit.TOKEN:
+        counts = prior + np.cumsum(above, axis=0)
+        rises = np.flatnonzero(above[:, 0])
+        units, tokens = state.tokens + rises + 1, state.tokens + rises + 1
+        candidates = counts[rises]
+    else:
+        counts = (prior + above.any(axis=0))[None, :]
+        # The response is one unit, complete once its last token is scored.
+        rises = np.flatnonzero(above[:, 0].any(keepdims=True))
+        units = np.full(rises.size, state.responses + 1)
+        tokens = np.full(rises.size, state.tokens + m.size)
+        candidates = counts[rises]
     alarm = state.alarm
     if alarm is None:
-        # E can rise only at a token above the lowest level, so those are checked,
-        # and the evidence so far, against today's threshold (a new day lowers it).
-        rises = np.flatnonzero(above[:, 0])
-        tokens = np.concatenate([[state.tokens], state.tokens + rises + 1]).astype(np.int64)
-        log_e = test.log_e_values(tokens, np.vstack([state.exceedances, counts[rises]]))
+        # E rises only at a unit above the lowest level, so those are checked, and the
+        # evidence so far against today's threshold (a new day lowers it).
+        all_units = np.concatenate([[state.units], units]).astype(np.int64)
+        all_tokens = np.concatenate([[state.tokens], tokens]).astype(np.int64)
+        log_e = test.log_e_values(all_units, np.vstack([state.exceedances, candidates]))
         day = day_of(state, at)
         level = test.log_threshold(day)
-        hits = np.flatnonzero((log_e >= level) & (tokens > 0))
+        hits = np.flatnonzero((log_e >= level) & (all_tokens > 0))
         if hits.size:
             first = int(hits[0])
-            alarm = Alarm(at, day, int(tokens[first]), float(log_e[first]), level)
+            alarm = Alarm(at, day, int(all_tokens[first]), float(log_e[first]), level)
     exceedances = tuple(int(n) for n in counts[-1]) if m.size else state.exceedances
-    return replace(state, tokens=state.tokens + int(m.size), exceedances=exceedances, alarm=alarm)
+    return replace(
+        state,
+        tokens=state.tokens + int(m.size),
+        responses=state.responses + int(m.size > 0),
+        exceedances=exceedances,
+        alarm=alarm,
+    )
 
 
 def log_e_value(state: SequentialState) -> float:
-    """ln E of all the evidence so far (0 before any token)."""
+    """ln E of all the evidence so far (before any token, the calibration's alone: <= 0)."""
     return float(
         state.test.log_e_values(
-            np.array([state.tokens], dtype=np.int64),
+            np.array([state.units], dtype=np.int64),
             np.array([state.exceedances], dtype=np.int64),
         )[0]
     )

@@ -273,14 +273,9 @@ class ProverTables:
     ) -> list[verifier_pb2.AlarmState]:
         cid = verdict.commitment_id
         at_s = verdict.decided_at_ns / 1e9
-        stored = summary.tests.get(cid)
-        if stored is not None:
-            state = SequentialState.from_json(stored)
-        else:
-            test = self._test_for(txn, cid)
-            if test is None:
-                return []
-            state = sequential.start(test, at_s)
+        state = self._state(txn, summary, cid, at_s)
+        if state is None:
+            return []
         before = state.exceedances[0]
         was_crossed = sequential.crossed(state)
         state = sequential.update(state, verdict_margins(verdict), at_s)
@@ -315,6 +310,23 @@ class ProverTables:
                 ),
             )
         ]
+
+    def _state(
+        self, txn: lmdb.Transaction, summary: _Summary, cid: str, at_s: float
+    ) -> SequentialState | None:
+        """The prover's test state for ``cid``: the stored one, or a fresh one (first
+        sight, or a state of an earlier test whose evidence does not carry over)."""
+        stored = summary.tests.get(cid)
+        if stored is not None:
+            try:
+                return SequentialState.from_json(stored)
+            except sequential.StateFormatError as exc:
+                log.warning(
+                    "prover test restarted: state of an earlier format",
+                    extra={"commitment_id": cid, "error": str(exc)},
+                )
+        test = self._test_for(txn, cid)
+        return None if test is None else sequential.start(test, at_s)
 
     def _put_point(
         self,

@@ -1,10 +1,14 @@
-"""The per-prover sequential test: its false-alarm bound on simulated honest streams,
-its invariances, its state's round trip, and that dishonest streams cross."""
+"""The per-prover sequential test: its false-alarm bound on simulated honest streams
+(independent tokens, and clustered ones tested per response), its invariances, its
+state's round trip, and that dishonest streams cross."""
 
 from __future__ import annotations
 
 import itertools
+import json
 import math
+from collections.abc import Callable
+from dataclasses import replace
 from random import Random
 
 import numpy as np
@@ -20,12 +24,13 @@ from verifierd.provers.sequential import (
     SequentialState,
     SequentialTest,
     SequentialTestError,
+    StateFormatError,
+    Unit,
     crossed,
     day_of,
     log_bound,
     log_e_value,
     start,
-    tail_upper_bound,
     update,
 )
 
@@ -52,8 +57,20 @@ def margins_strategy(max_size: int = 400) -> st.SearchStrategy[list[float]]:
 
 
 def bf16_test(rng: np.random.Generator, alpha: float = 1e-6) -> SequentialTest:
+    """Calibrated on 200 bfloat16-like responses of 1,000 tokens: per response."""
     tails = HonestTails.from_margins([bf16_like(rng, 1000) for _ in range(200)], 1.0)
     return SequentialTest.from_honest(tails, false_alarm_per_day=alpha)
+
+
+#: Calibrated on 200,000 one-token bfloat16-like responses (no response holds a
+#: cluster): per token.
+BF16_TOKEN_TAILS = HonestTails.from_margins(
+    bf16_like(np.random.default_rng(3), 200_000)[:, None], 1.0
+)
+
+
+def bf16_token_test(alpha: float = 1e-6) -> SequentialTest:
+    return SequentialTest.from_honest(BF16_TOKEN_TAILS, false_alarm_per_day=alpha)
 
 
 def crossing_rate(
@@ -75,23 +92,89 @@ def crossing_rate(
     return alarms / len(draw)
 
 
-def test_worst_case_honest_streams_cross_at_most_alpha() -> None:
-    """Honest margins at exactly the tail bounds (the null's worst case: each product
-    is a martingale) cross 1/alpha in at most alpha of streams, up to sampling error."""
-    alpha = 0.05
-    tails = HonestTails(1.0, 2000, (0.0, 0.01, 0.1), (40, 10, 2))
-    test = SequentialTest.from_honest(tails, false_alarm_per_day=alpha)
-    q = np.asarray(test.tails)
-    levels = np.asarray(test.levels)
+def null_stream_rate(
+    draw: Callable[[int, int], list[npt.NDArray[np.float64]]],
+    calibration: tuple[int, int],
+    stream: tuple[int, int],
+    alpha: float,
+    provers: int,
+) -> float:
+    """Fraction of honest provers crossing ``alpha`` when each has a calibration of its
+    own and both draw their margins with ``draw(responses, tokens)`` (the null: one
+    honest law); ``calibration`` and ``stream`` are (responses, tokens per response)."""
+    alarms = 0
+    for _ in range(provers):
+        tails = HonestTails.from_margins(draw(*calibration), 1.0)
+        state = start(SequentialTest.from_honest(tails, false_alarm_per_day=alpha), 0.0)
+        for response in draw(*stream):
+            state = update(state, response, 60.0)
+        alarms += crossed(state)
+    return alarms / provers
+
+
+def test_independent_honest_tokens_cross_at_most_alpha() -> None:
+    """The null per token: calibration and prover tokens above each level at one
+    rate, independently (calibrated on one-token responses: no cluster), cross
+    1/alpha in at most alpha of provers, up to sampling error."""
+    alpha, provers = 0.05, 300
     rng = np.random.default_rng(1)
-    streams, tokens = 600, 20_000
-    u = rng.random((streams, tokens))
-    # P(m > c_k) = q_k exactly: a margin just above the highest level it passes.
-    passed = (u[:, :, None] < q[None, None, :]).sum(axis=2)
-    values = np.concatenate([[0.0], levels + 1e-3])
-    draw = values[passed]
-    rate = crossing_rate(test, draw, 40, rng)
-    assert rate <= alpha + 3 * math.sqrt(alpha * (1 - alpha) / streams)
+    values = np.array([0.0, 0.005, 0.05, 0.5])  # above 0, 0.01 and 0.1 at rates 2%, 0.5%, 0.1%
+    p = np.array([1 - 0.02, 0.02 - 0.005, 0.005 - 0.001, 0.001])
+
+    def draw(responses: int, tokens: int) -> list[npt.NDArray[np.float64]]:
+        return list(rng.choice(values, size=(responses, tokens), p=p))
+
+    assert SequentialTest.from_honest(HonestTails.from_margins(draw(1000, 1), 1.0)).unit is (
+        Unit.TOKEN
+    )
+    rate = null_stream_rate(draw, (1000, 1), (20, 250), alpha, provers)
+    assert rate <= alpha + 3 * math.sqrt(alpha * (1 - alpha) / provers)
+
+
+def test_clustered_honest_responses_are_tested_per_response_and_cross_at_most_alpha() -> None:
+    """Honest noise in clusters: 5% of responses (near ties) hold 2-8 tokens above 0,
+    the rest none. Calibration sees clusters, so the test runs per response; honest
+    provers then cross at most alpha (a per-token test on these margins would not:
+    a cluster looks like a prover changing tokens)."""
+    alpha, provers = 0.05, 400
+    rng = np.random.default_rng(9)
+
+    def draw(responses: int, tokens: int) -> list[npt.NDArray[np.float64]]:
+        out = []
+        for _ in range(responses):
+            m = np.zeros(tokens)
+            if rng.random() < 0.05:
+                m[rng.choice(tokens, int(rng.integers(2, 9)), replace=False)] = 0.02
+            out.append(m)
+        return out
+
+    test = SequentialTest.from_honest(HonestTails.from_margins(draw(300, 100), 1.0))
+    assert test.unit is Unit.RESPONSE and test.calibration_units == 300
+    rate = null_stream_rate(draw, (300, 100), (40, 100), alpha, provers)
+    assert rate <= alpha + 3 * math.sqrt(alpha * (1 - alpha) / provers)
+
+
+def test_one_response_is_one_unit_per_response() -> None:
+    """Per response, a response counts once however many of its tokens exceed."""
+    test = bf16_test(np.random.default_rng(10))
+    state = update(start(test, 0.0), [0.5] * 7 + [0.0] * 3, 1.0)
+    assert (state.units, state.tokens, state.exceedances[0]) == (1, 10, 1)
+    assert update(start(test, 0.0), [0.5], 1.0).exceedances == state.exceedances
+
+
+def test_the_start_has_mean_at_most_one_under_the_null() -> None:
+    """Before any prover token E is the calibration's factor; its mean over the
+    calibration's outcomes at any honest rate is at most 1 (exactly, for N = 40)."""
+    tokens = 40
+    starts = [
+        math.exp(log_e_value(start(SequentialTest(0.5, 1.0, (0.0,), Unit.TOKEN, tokens, (n,)), 0)))
+        for n in range(tokens + 1)
+    ]
+    for p in (1e-4, 0.01, 0.1, 0.5, 0.9):
+        mean = sum(
+            math.comb(tokens, n) * p**n * (1 - p) ** (tokens - n) * e for n, e in enumerate(starts)
+        )
+        assert mean <= 1.0
 
 
 def test_honest_bf16_like_streams_never_cross_at_tight_alpha() -> None:
@@ -105,15 +188,25 @@ def test_honest_bf16_like_streams_never_cross_at_tight_alpha() -> None:
 
 
 def test_bf16_calibration_keeps_levels_above_the_honest_noise() -> None:
-    test = bf16_test(np.random.default_rng(3))
+    test = bf16_token_test()
+    assert test.unit is Unit.TOKEN and test.calibration_units == 200_000
     assert test.levels[0] == 0.0 and len(test.levels) >= 3
-    assert test.tails[0] > 0.01
-    assert test.tails[-1] < 1e-3
+    assert test.calibration_counts[0] > 2000
+    assert test.calibration_counts[-1] < 200
 
 
 def test_float32_calibration_keeps_only_level_zero() -> None:
-    assert FLOAT32.levels == (0.0,)
-    assert FLOAT32.tails[0] < 1e-4
+    assert FLOAT32.levels == (0.0,) and FLOAT32.unit is Unit.TOKEN
+    assert (FLOAT32.calibration_units, FLOAT32.calibration_counts) == (300_000, (0,))
+
+
+def test_three_changed_tokens_in_300_alarm_against_exact_float32() -> None:
+    """Calibrated on 150,000 exact tokens, 3 exceeding tokens in 300 cross 1/alpha:
+    an honest rate that would explain them would have shown in calibration."""
+    test = SequentialTest.from_honest(HonestTails.from_margins([np.zeros(1000)] * 150, 1.0))
+    state = update(start(test, 0.0), [0.0] * 297 + [0.3] * 3, 1.0)
+    assert crossed(state)
+    assert not crossed(update(start(test, 0.0), [0.0] * 298 + [0.3] * 2, 1.0))
 
 
 @pytest.mark.parametrize("rate", [0.01, 0.1, 1.0])
@@ -145,13 +238,13 @@ def test_nan_and_negative_margins_are_rejected(bad: list[float]) -> None:
 def test_split_updates_equal_one_update(margins: list[float], cuts: list[int]) -> None:
     """Splitting the same tokens into several updates on one day changes nothing, the
     alarm included."""
-    test = bf16_test(np.random.default_rng(5), alpha=1e-2)
+    test = bf16_token_test(alpha=1e-2)
     whole = update(start(test, 0.0), margins, 10.0)
     state = start(test, 0.0)
     bounds = sorted({0, len(margins), *(c for c in cuts if c < len(margins))})
     for a, b in itertools.pairwise(bounds):
         state = update(state, margins[a:b], 10.0)
-    assert state == whole
+    assert replace(state, responses=0) == replace(whole, responses=0)
 
 
 @settings(max_examples=60, deadline=None)
@@ -159,7 +252,7 @@ def test_split_updates_equal_one_update(margins: list[float], cuts: list[int]) -
 def test_evidence_does_not_depend_on_token_order(margins: list[float], random: Random) -> None:
     shuffled = list(margins)
     random.shuffle(shuffled)
-    test = bf16_test(np.random.default_rng(6))
+    test = bf16_token_test()
     a = update(start(test, 0.0), margins, 1.0)
     b = update(start(test, 0.0), shuffled, 1.0)
     assert (a.tokens, a.exceedances, log_e_value(a)) == (b.tokens, b.exceedances, log_e_value(b))
@@ -176,7 +269,7 @@ def test_a_larger_margin_is_never_less_evidence(
         margins = [0.0]
     raised = list(margins)
     raised[index % len(raised)] += extra
-    test = bf16_test(np.random.default_rng(7))
+    test = bf16_token_test()
     assert log_e_value(update(start(test, 0.0), raised, 1.0)) >= log_e_value(
         update(start(test, 0.0), margins, 1.0)
     )
@@ -234,28 +327,10 @@ def test_the_alarm_is_sticky() -> None:
     assert log_e_value(after) < log_e_value(state)
 
 
-@settings(max_examples=100, deadline=None)
-@given(st.integers(1, 100_000), st.data(), st.floats(1e-9, 0.5))
-def test_tail_bound_holds_with_the_stated_miss(
-    tokens: int, data: st.DataObject, miss: float
-) -> None:
-    """A true rate at the bound yields at most n exceedances with probability <= miss
-    (the binomial lower tail, computed exactly in log space)."""
-    n = data.draw(st.integers(0, min(tokens, 50)))
-    q = tail_upper_bound(n, tokens, miss)
-    assert n / tokens <= q <= 1.0
-    if q < 1.0:
-        log_terms = [
-            math.lgamma(tokens + 1)
-            - math.lgamma(i + 1)
-            - math.lgamma(tokens - i + 1)
-            + i * math.log(q)
-            + (tokens - i) * math.log1p(-q)
-            for i in range(n + 1)
-        ]
-        top = max(log_terms)
-        log_cdf = top + math.log(sum(math.exp(t - top) for t in log_terms))
-        assert log_cdf <= math.log(miss) + 1e-9
+def test_a_state_of_the_former_format_is_named_as_such() -> None:
+    old = json.loads(start(FLOAT32, 0.0).to_json()) | {"format": 1}
+    with pytest.raises(StateFormatError):
+        SequentialState.from_json(json.dumps(old))
 
 
 def test_calibration_counts_the_honest_tails_at_its_delta_max() -> None:
@@ -270,3 +345,7 @@ def test_calibration_counts_the_honest_tails_at_its_delta_max() -> None:
     assert (tails.tokens, tails.delta_max) == (8, cal.settings.delta_max)
     counts = dict(zip(tails.levels, tails.exceedances, strict=True))
     assert (counts[0.0], counts[1e-3], counts[1e-2], counts[0.1]) == (3, 3, 2, 2)
+    responses = dict(zip(tails.levels, tails.response_exceedances, strict=True))
+    assert (tails.responses, responses[0.0], responses[1e-2]) == (2, 2, 2)
+    # The first response holds two tokens above 0: a cluster.
+    assert tails.clustered == 1
