@@ -362,6 +362,7 @@ def commit_model_dir(
     generation_config: str = "auto",
     structured_outputs: StructuredOutputsEngine | None = None,
     serving: ServingFlags = VLLM_DEFAULTS,
+    logprobs_mode: str = "raw_logprobs",
 ) -> Commitment:
     """Build the commitment for a model directory, hashing every committed file.
 
@@ -405,6 +406,7 @@ def commit_model_dir(
         generation_defaults=defaults,
         structured_outputs=structured_outputs or StructuredOutputsEngine.installed(),
         serving=serving,
+        logprobs_mode=logprobs_mode,
     )
 
 

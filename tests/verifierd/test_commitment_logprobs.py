@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.verifierd.commitment_fixtures import commit, make_model_dir
+from verifierd.cli import main
 from verifierd.commitments import CommitmentError, DifrSettings, parse_commitment
 
 
@@ -48,3 +49,13 @@ def test_bad_values_are_refused(tmp_path: Path) -> None:
     body["difr"]["logprobs_tolerance"] = "0.1"
     with pytest.raises(CommitmentError, match="malformed"):
         parse_commitment(json.dumps(body))
+
+
+def test_verifierd_commit_takes_the_servers_logprobs_mode(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    model = make_model_dir(tmp_path / "m")
+    assert main(["commit", str(model), "--logprobs-mode", "raw_logits"]) == 0
+    assert json.loads(capsys.readouterr().out)["logprobs_mode"] == "raw_logits"
+    with pytest.raises(SystemExit):
+        main(["commit", str(model), "--logprobs-mode", "softmax"])

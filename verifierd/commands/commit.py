@@ -20,6 +20,7 @@ from typing import Any
 
 from verifierd.commitments import (
     DEFAULT_DIFR,
+    LOGPROBS_MODES,
     CommitmentError,
     DifrSettings,
     commit_model_dir,
@@ -94,6 +95,7 @@ def _serving_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--enable-auto-tool-choice", action="store_true")
     group.add_argument("--tool-call-parser")
     group.add_argument("--reasoning-parser")
+    group.add_argument("--logprobs-mode", choices=LOGPROBS_MODES, default=LOGPROBS_MODES[0])
 
 
 def _serving_flags(args: argparse.Namespace) -> ServingFlags:
@@ -133,6 +135,7 @@ def run(args: argparse.Namespace) -> int:
             difr=DifrSettings(args.threshold, args.delta_max, args.sample_rate),
             generation_config=args.generation_config,
             serving=_serving_flags(args),
+            logprobs_mode=args.logprobs_mode,
         )
         if args.output is None:
             sys.stdout.write(commitment.to_json())
