@@ -40,6 +40,7 @@ from collector.dialects.json_values import (
     JsonError,
     canonical_json,
     has_lone_surrogate,
+    keys_sorted_everywhere,
     load,
     proto_text,
 )
@@ -58,6 +59,10 @@ _FLOAT_FIELDS = (
 )
 _INT_FIELDS = ("top_k", "seed", "n", "top_logprobs")
 _BOOL_FIELDS = ("stream", "return_token_ids")
+# Request fields whose key order reaches the model: a chat template's `tojson` of
+# the tools, a JSON schema's property order in a grammar. Canonical JSON sorts
+# keys, so a request whose copy there is not sorted already keeps its body.
+_KEY_ORDER_READ = ("tools", "functions", "response_format", "structured_outputs", "text")
 _DONE = "[DONE]"
 # Assistants events, which the SDK's legacy stream mode hands on wrapped, not as chunks.
 _THREAD_EVENT = "thread."
@@ -71,7 +76,9 @@ class Extraction:
     `request_in_view`: the request body is a JSON object that `prompt_json` and
     `params_json` hold whole (canonical JSON that loads back to the same object),
     so the record need not store the body a second time. A request holding lone
-    surrogates (which a server's tokenizer may refuse) keeps its raw bytes.
+    surrogates (which a server's tokenizer may refuse), or whose tools or output
+    schema list keys out of sorted order (the server reads that order), keeps its
+    raw bytes.
     """
 
     view: record_pb2.ApiView
@@ -337,9 +344,10 @@ class Dialect(ABC):
         except JsonError as exc:
             problems.append(f"request cannot be written as JSON: {exc}")
             return False
-        return not any(
-            ESCAPED_SURROGATE in text for text in (view.prompt_json, view.sampling.params_json)
-        )
+        if any(ESCAPED_SURROGATE in text for text in (view.prompt_json, view.sampling.params_json)):
+            return False
+        ordered = (request[key] for key in _KEY_ORDER_READ if key in request)
+        return all(keys_sorted_everywhere(value) for value in ordered)
 
     @abstractmethod
     def _document(

@@ -62,6 +62,22 @@ def has_lone_surrogate(text: str) -> bool:
     return False
 
 
+def keys_sorted_everywhere(value: object) -> bool:
+    """Whether every object inside `value` lists its keys in sorted order, so that
+    `canonical_json` keeps the order they were sent in (iterative: any depth)."""
+    pending = [value]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, dict):
+            keys = list(item)
+            if keys != sorted(keys):
+                return False
+            pending.extend(item.values())
+        elif isinstance(item, list):
+            pending.extend(item)
+    return True
+
+
 def canonical_json(value: object) -> str:
     """Sorted keys, no spaces, UTF-8 text; lone surrogates as `\\uXXXX` escapes.
 

@@ -167,8 +167,10 @@ def test_the_export_holds_the_messages_tool_calls_reasoning_and_bodies(
     assert completion["choices"][0]["tool_calls"] is None
 
     request = document["request_body"]
-    assert request["rebuilt"] and not request["cut"] and request["encoding"] == "utf-8"
-    assert json.loads(request["data"]) == json.loads(chat(stream=False).request_json())
+    # Its tools list keys out of sorted order, which a chat template reads: the body
+    # is stored as sent, not rebuilt from the view.
+    assert not request["rebuilt"] and not request["cut"] and request["encoding"] == "utf-8"
+    assert request["data"] == chat(stream=False).request_json().decode()
     assert json.loads(document["response_body"]["data"]) == json.loads(
         document_with_extras()[1].split(b"\r\n\r\n", 1)[1]
     )
