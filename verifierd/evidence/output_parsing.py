@@ -33,9 +33,11 @@ the request first).
   request asked to leave out (``include_reasoning: false``), need the ids:
   without them the choice is UNVERIFIABLE.
 
-Tool call arguments compare as JSON values (vLLM re-serializes them when not
-streaming and passes the model's text through when streaming); names compare
-exactly; call ids are the server's, not the model's, and are not compared.
+A streamed response is read as the non-streamed one, except that its reasoning
+may keep the start token (`OutputParser.check`). Tool call arguments compare as
+JSON values (vLLM re-serializes them when not streaming and passes the model's
+text through when streaming); names compare exactly; call ids are the server's,
+not the model's, and are not compared.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ from __future__ import annotations
 import itertools
 import json
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from verifierd.errors import VerifierdError
@@ -153,8 +156,19 @@ class OutputParser:
         return ReceivedOutput(content or "", reasoning or "", views)
 
     def check(self, raw: str, output_ids: Sequence[int], received: ReceivedOutput) -> str | None:
-        """None when ``raw`` reads as ``received``, else what differs."""
-        return difference(self.read(raw, output_ids), received)
+        """None when ``raw`` reads as ``received``, else what differs.
+
+        A streamed response may carry the reasoning parser's start token at the
+        head of its reasoning where the non-streamed reading has none: vLLM's
+        streaming reasoning parser passes it on when it arrives in one delta with
+        the first reasoning tokens, which depends on the server's timing, not on
+        the output. The rest must read the same."""
+        read = self.read(raw, output_ids)
+        start = (self._markers() or ("", ""))[0]
+        passed_on = bool(start) and raw.startswith(start) and self._request.stream
+        if passed_on and received.reasoning == start + read.reasoning:
+            read = replace(read, reasoning=received.reasoning)
+        return difference(read, received)
 
     def candidates(self, received: ReceivedOutput) -> tuple[list[str], str]:
         """The raw texts that read back as ``received``, and when there are none, why."""
@@ -196,13 +210,26 @@ class OutputParser:
         cls = getattr(self._parser_cls, "reasoning_parser_cls", None)
         if cls is None:
             return [""]
-        parser = cls(self._llm.get_tokenizer(), model_config=self._llm.llm_engine.model_config)
-        start, end = getattr(parser, "start_token", None), getattr(parser, "end_token", None)
-        if not (isinstance(start, str) and isinstance(end, str) and start and end):
+        markers = self._markers()
+        if markers is None:
             return None
+        start, end = markers
+        # (A streamed reasoning that starts with the start token, see `check`, is
+        # the second form.)
         joins = [start + reasoning + end, reasoning + end]
         # Reasoning cut short (no end token) is all reasoning, then nothing.
         return [*joins, start + reasoning, reasoning]
+
+    def _markers(self) -> tuple[str, str] | None:
+        """The committed reasoning parser's start and end tokens (None: it has none)."""
+        cls = getattr(self._parser_cls, "reasoning_parser_cls", None)
+        if cls is None:
+            return None
+        parser = cls(self._llm.get_tokenizer(), model_config=self._llm.llm_engine.model_config)
+        start, end = getattr(parser, "start_token", None), getattr(parser, "end_token", None)
+        if isinstance(start, str) and isinstance(end, str) and start and end:
+            return start, end
+        return None
 
 
 def parser_cls_tools(parser_cls: Any) -> bool:

@@ -184,6 +184,27 @@ def test_honest_tool_calls_and_reasoning_pass_with_and_without_ids(
     assert not claimed.searched and claimed.difr.score == 0.0
 
 
+def test_a_streamed_reasoning_that_kept_its_start_token_passes(backend: EngineBackend) -> None:
+    # vLLM's streaming reasoning parser passes <think> on when it arrives in one
+    # delta with the first reasoning tokens (timing, not output, decides).
+    honest = _honest(backend, SERVING, _body(seed=6, stream=True))
+    streamed = replace(honest.evidence, reasoning="<think>" + honest.evidence.reasoning)
+    found = _score(backend, honest, streamed)
+    assert found.finding is None and found.difr.score == 0.0
+    assert found.found_ids == honest.output
+    assert _score(backend, honest, _claiming(honest, reasoning=streamed.reasoning)).finding is None
+    # Not streamed, the same reasoning is not what the server sends.
+    plain = replace(streamed, request_json=_body(seed=6))
+    assert (
+        _score(
+            backend,
+            honest,
+            replace(plain, claimed_prompt_ids=honest.prompt, claimed_output_ids=honest.output),
+        ).finding
+        is not None
+    )
+
+
 def test_edited_tool_arguments_fail(backend: EngineBackend) -> None:
     honest = _honest(backend, SERVING, _body(seed=3))
     edited = (ToolCallView("get_weather", '{"city": "Rome"}'),)
