@@ -102,6 +102,15 @@ class _Summary:
         return cls(**json.loads(raw))
 
 
+def _current_state(raw: str) -> SequentialState | None:
+    """A stored test state; None for one of an earlier format (restarted at the
+    prover's next scored verdict)."""
+    try:
+        return SequentialState.from_json(raw)
+    except sequential.StateFormatError:
+        return None
+
+
 def _remember(ring: dict[str, list[str]], name: str, record_id: str, keep: int) -> None:
     if record_id:
         ids = ring.setdefault(name, [])
@@ -534,7 +543,7 @@ class ProverTables:
                 self._window(txn, pkey, window, now_ns).to_window(window.seconds)
             )
         message.windows.append(self._since_first_seen(txn, pkey).to_window(0))
-        states = [SequentialState.from_json(s) for s in summary.tests.values()]
+        states = [s for s in map(_current_state, summary.tests.values()) if s is not None]
         if states:
             best = max(states, key=sequential.log_e_value)
             message.evidence = sequential.log_e_value(best)

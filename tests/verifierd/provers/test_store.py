@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from veritap.signing import Signer
@@ -193,6 +194,31 @@ def test_no_test_runs_without_honest_tails(verifier: Verifier) -> None:
     found = verifier.tables.prover(CHEAT)
     assert found is not None
     assert (found.prover.evidence, found.prover.evidence_bound) == (0.0, 0.0)
+
+
+def test_a_state_of_an_earlier_format_restarts_the_test(
+    verifier: Verifier, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A test state stored by an earlier version of the test is not evidence of this
+    one: the prover is listed without it, and its test restarts at its next verdict."""
+    verifier.tables.set_honest_tails(CID, FLOAT32_TAILS, actor="calibration")
+    verifier.traffic.send(CHEAT, [honest(100)])
+    store, key = verifier.store, CHEAT.to_bytes()
+    provers = store.open_db("provers")
+
+    def downgrade(txn: Any) -> None:
+        summary = json.loads(bytes(txn.get(key, db=provers)))
+        summary["tests"][CID] = json.dumps(json.loads(summary["tests"][CID]) | {"format": 1})
+        txn.put(key, json.dumps(summary).encode(), db=provers)
+
+    store.write_transaction(downgrade)
+    listed = verifier.tables.prover(CHEAT)
+    assert listed is not None and listed.prover.pooled_tokens == 0
+    verifier.traffic.send(CHEAT, [dishonest(50) for _ in range(10)])
+    assert "prover test restarted: state of an earlier format" in caplog.text
+    found = verifier.tables.prover(CHEAT)
+    assert found is not None and found.prover.pooled_tokens == 500
+    assert len(verifier.tables.alarms()) == 1
 
 
 def test_hiding_raises_an_alarm_per_reason_once_the_window_is_large_enough(
