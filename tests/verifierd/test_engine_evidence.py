@@ -12,7 +12,7 @@ where a client asked, the prover's ids.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -87,8 +87,10 @@ BODIES: dict[str, tuple[str, dict[str, Any]]] = {
 }
 
 
-def _honest(backend: EngineBackend, name: str) -> Honest:
-    dialect, extra = BODIES[name]
+def _honest(
+    backend: EngineBackend, name: str, bodies: Mapping[str, tuple[str, dict[str, Any]]] = BODIES
+) -> Honest:
+    dialect, extra = bodies[name]
     body = {"model": "tiny", "max_tokens": 32, **extra}
     request_json = json.dumps(body)
     llm = backend._llm

@@ -10,7 +10,9 @@ the verifier renders and detokenizes exactly as the prover's server does:
   (``build_chat_params``, ``build_tok_params``: chat template, generation
   prompt, content parts and their format, ``add_special_tokens``,
   ``chat_template_kwargs``, ``continue_final_message``, tools); its
-  ``SamplingParams`` come from the request's own ``to_sampling_params``. A
+  ``SamplingParams`` come from the request's own ``to_sampling_params``; with
+  ``echo``, the text vLLM's server puts before each choice's output
+  (`RenderedRequest.echoed`, split off by `verifierd.evidence.echo`). A
   Responses request becomes chat messages as ``OnlineRenderer.render_responses``
   makes them (``construct_input_messages``: ``instructions`` as the system
   message, then ``input``); a Messages request becomes the chat request
@@ -72,6 +74,13 @@ class RenderedRequest:
     ignore_eos: bool
     #: Chat on a server with a reasoning or tool parser: how it reads the raw output.
     output: OutputParser | None = None
+    #: With ``echo``: per prompt, the text vLLM's server puts before each choice's
+    #: output (`verifierd.evidence.echo`); empty without echo.
+    echoes: tuple[str, ...] = ()
+
+    def echoed(self, prompt_index: int) -> str:
+        """The text echoed before the output of a choice of prompt ``prompt_index``."""
+        return self.echoes[prompt_index] if self.echoes else ""
 
 
 def render_request(
@@ -126,12 +135,13 @@ def _render_chat(llm: Any, request: Any, serving: ServingFlags = VLLM_DEFAULTS) 
     )
 
     model_config = llm.llm_engine.model_config
-    if getattr(request, "echo", False):
-        raise RenderError("echo is not replayed")
     try:
         parser_cls = parser_class(llm, serving)
     except OutputParsingError as exc:
         raise RenderError(str(exc)) from exc
+    echo = bool(getattr(request, "echo", False))
+    if echo and parser_cls is not None:
+        raise RenderError("echo on a server with a reasoning or tool parser is not replayed")
     if request.tool_choice not in (None, "none") and not parser_cls_tools(parser_cls):
         # vLLM's server refuses it (it needs --enable-auto-tool-choice --tool-call-parser).
         raise RenderError(f"tool_choice {request.tool_choice!r} without the server's tool parser")
@@ -147,9 +157,10 @@ def _render_chat(llm: Any, request: Any, serving: ServingFlags = VLLM_DEFAULTS) 
         .chat_template_kwargs
     )
     tok_params = request.build_tok_params(model_config)
-    (_conversation,), (engine_input,) = llm.renderer.render_chat(
+    (conversation,), (engine_input,) = llm.renderer.render_chat(
         [request.messages], chat_params, tok_params
     )
+    echoes = (_chat_echo(request, conversation),) if echo else ()
     request = adjust_request(parser_cls, llm, request, chat_params.chat_template_kwargs)
     prompt = tuple(int(i) for i in engine_input["prompt_token_ids"])
     requested = request.max_completion_tokens or request.max_tokens
@@ -164,7 +175,29 @@ def _render_chat(llm: Any, request: Any, serving: ServingFlags = VLLM_DEFAULTS) 
             chat_template_kwargs=parser_kwargs,
             prompt=prompt,
         )
-    return RenderedRequest((prompt,), params, requested, bool(params.ignore_eos), output)
+    return RenderedRequest((prompt,), params, requested, bool(params.ignore_eos), output, echoes)
+
+
+#: vLLM's ``--response-role`` default, the role of the message a chat response adds.
+RESPONSE_ROLE = "assistant"
+
+
+def _chat_echo(request: Any, conversation: Sequence[Any]) -> str:
+    """What vLLM's chat server echoes before each choice's content: the last
+    message's content when that message has the response's role."""
+    role = RESPONSE_ROLE if request.add_generation_prompt else request.messages[-1]["role"]
+    if not conversation or conversation[-1].get("role") != role:
+        return ""
+    content = conversation[-1].get("content") or ""
+    if isinstance(content, str):
+        return content
+    if request.stream:
+        # The streamed server puts the parts themselves in a delta, which it cannot send.
+        raise RenderError("echo of content parts is not replayed when streamed")
+    try:
+        return "\n".join(part["text"] for part in content)
+    except (KeyError, TypeError) as exc:
+        raise RenderError("echo of non-text content parts is not replayed") from exc
 
 
 def _render_responses(llm: Any, request: Any, serving: ServingFlags) -> RenderedRequest:
@@ -231,18 +264,34 @@ def _render_completion(llm: Any, request: Any) -> RenderedRequest:
     from vllm.renderers.inputs.preprocess import parse_model_prompt, prompt_to_seq
 
     model_config = llm.llm_engine.model_config
-    if request.echo:
-        raise RenderError("echo is not replayed")
     if request.suffix is not None or request.prompt_embeds is not None:
         raise RenderError("suffix and prompt_embeds are not replayed")
+    if request.echo and request.max_tokens == 0:
+        raise RenderError("echo without generation (max_tokens 0) shows nothing sampled")
+    if request.echo and request.logprobs is not None:
+        raise RenderError("echo with logprobs is not replayed (the prompt's logprobs lead)")
     parsed = [parse_model_prompt(model_config, p) for p in prompt_to_seq(request.prompt)]
+    # With echo (and without return_token_ids) these ask the renderer for the prompt's text.
     inputs = llm.renderer.render_cmpl(parsed, request.build_tok_params(model_config))
     prompts = tuple(tuple(int(i) for i in e["prompt_token_ids"]) for e in inputs)
     requested = request.max_tokens
     if requested is None:
         requested = COMPLETIONS_DEFAULT_MAX_TOKENS
     params = request.to_sampling_params(_room(llm, len(prompts[0]), requested), {})
-    return RenderedRequest(prompts, params, requested, bool(params.ignore_eos))
+    echoes = tuple(_completion_echo(request, e) for e in inputs) if request.echo else ()
+    return RenderedRequest(prompts, params, requested, bool(params.ignore_eos), echoes=echoes)
+
+
+def _completion_echo(request: Any, engine_input: Any) -> str:
+    """What vLLM's completions server echoes before each choice's text: the prompt's
+    text as the renderer left it (the request's, or its ids decoded), nothing when
+    the request asks for return_token_ids."""
+    if request.return_token_ids:
+        return ""
+    text = engine_input.get("prompt")
+    if not isinstance(text, str):
+        raise RenderError("vLLM's renderer gives no prompt text to echo")
+    return text
 
 
 def context_limit(llm: Any) -> int:
