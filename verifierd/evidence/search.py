@@ -192,6 +192,10 @@ class SearchState:
     #: rounds a text full of U+FFFD can ask for).
     surprises: int = 0
     misses: int = 0
+    #: The engine's prefix cache holds whole blocks of ``cache_block`` positions,
+    #: and the output starts at position ``cache_offset`` (the prompt's length).
+    cache_block: int = 1
+    cache_offset: int = 0
     spelling: Spelling = field(init=False)
 
     def __post_init__(self) -> None:
@@ -228,6 +232,8 @@ def initial_state(
     window: int = INITIAL_WINDOW,
     min_window: int = MIN_WINDOW,
     guess_chars: int = GUESS_CHARS,
+    cache_block: int = 1,
+    cache_offset: int = 0,
 ) -> SearchState:
     state = SearchState(
         text,
@@ -239,6 +245,8 @@ def initial_state(
         window=window,
         min_window=min_window,
         guess_chars=guess_chars,
+        cache_block=cache_block,
+        cache_offset=cache_offset,
     )
     _guess(state, None, None)
     state.restart_bound = max_restarts(len(state.output))
@@ -264,8 +272,15 @@ def run_search(states: Sequence[SearchState], scorer: Scorer) -> None:
 
 def _window_end(state: SearchState) -> int:
     """Where the next round's window ends: after ``window`` positions, or before the
-    next doubtful position not yet looked at (while looking there still pays)."""
+    next doubtful position not yet looked at (while looking there still pays).
+
+    A window ends where possible one position into a cache block: the next round
+    then finds every position but the last in whole cached blocks and recomputes
+    that one alone, where an end anywhere else recomputes the block's start too."""
     end = state.settled + state.window
+    aligned = end - (state.cache_offset + end - 1) % state.cache_block
+    if aligned > state.settled + state.window // 2:
+        end = aligned
     if state.misses > BASE_RESTARTS + state.restarts:
         return end
     doubtful = state.doubtful

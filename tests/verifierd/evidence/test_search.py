@@ -88,19 +88,21 @@ def _scorer(sampler: Sampler) -> search.Scorer:
     shape=st.tuples(
         st.sampled_from([(1, 1), (2, 3), (search.INITIAL_WINDOW, search.MIN_WINDOW)]),
         st.sampled_from([1, 5, search.GUESS_CHARS]),
+        st.sampled_from([1, 4, 128]),
     ),
 )
 def test_an_honest_sequence_is_recovered_from_its_text(
-    vocab: Vocabulary, seed: int, n: int, end: bool, shape: tuple[tuple[int, int], int]
+    vocab: Vocabulary, seed: int, n: int, end: bool, shape: tuple[tuple[int, int], int, int]
 ) -> None:
-    """Whatever the windows the rounds score (one position at a time included) and
-    however little of the text a re-guess segments."""
+    """Whatever the windows the rounds score (one position at a time included, or
+    moved to a cache block's start) and however little of the text a re-guess
+    segments."""
     honest = _honest(vocab, seed, n, end)
     ends = frozenset({vocab.eos})
     decoded = decode_output(vocab.tokenizer, _params(), PROMPT, honest, ends)
     model = RequestText(vocab.text, ends, vocab.eos)
     ending = search.Ending.END_TOKEN if end else search.Ending.LENGTH
-    (first, least), guess_chars = shape
+    (first, least), guess_chars, cache_block = shape
     state = search.initial_state(
         decoded.text,
         ending,
@@ -110,6 +112,8 @@ def test_an_honest_sequence_is_recovered_from_its_text(
         window=first,
         min_window=least,
         guess_chars=guess_chars,
+        cache_block=cache_block,
+        cache_offset=len(PROMPT),
     )
     search.run_search(
         [state], _scorer(lambda prefix: _pick(vocab, seed, prefix, n if end else None))
@@ -234,3 +238,18 @@ def test_a_text_of_u_fffd_the_sampler_spelled_does_not_end_every_window(
     assert state.output == honest
     assert state.restarts == 0
     assert len(passes) <= search.BASE_RESTARTS + 2 + len(honest).bit_length()
+
+
+def test_a_window_ends_one_position_into_a_cache_block(vocab: Vocabulary) -> None:
+    """The prefix cache serves whole blocks: a round that restarts nothing ends where
+    the next round recomputes only the position it reads first."""
+    model = RequestText(vocab.text, frozenset({vocab.eos}), vocab.eos)
+    honest = model.segment(" ".join(f"word{i}" for i in range(400)))
+    text, _ = vocab.text.text_after(honest)
+    state = search.initial_state(
+        text, search.Ending.LENGTH, "", len(honest), model, cache_block=32, cache_offset=len(PROMPT)
+    )
+    passes: list[search.ScorePass] = []
+    search.run_search([state], _counting(_scorer(_replaying(honest, vocab.eos)), passes))
+    assert state.output == honest
+    assert all((len(PROMPT) + len(p.output) - 1) % 32 == 0 for p in passes[:-1])
