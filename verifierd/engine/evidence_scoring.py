@@ -56,6 +56,7 @@ from verifierd.evidence.claims import (
     check_text,
 )
 from verifierd.evidence.client_view import ChoiceEvidence
+from verifierd.evidence.echo import split_echo
 from verifierd.evidence.vllm_views import (
     REPLACEMENT,
     ByteLevelText,
@@ -144,16 +145,22 @@ class EvidenceResolver:
         """One Resolution per evidence, in order; ``structured``: each request's
         structured output (none when empty)."""
         out: list[Resolution | None] = [None] * len(evidence)
+        outputs = list(evidence)
         searching: list[tuple[int, search.SearchState, _Context]] = []
         for i, ev in enumerate(evidence):
             prepared = self._prepare(ev, structured[i] if structured else None)
             if isinstance(prepared, Resolution):
                 out[i] = prepared
                 continue
-            if ev.claimed_output_ids is not None:
-                out[i] = self._checked(ev, prepared, ev.claimed_output_ids)
+            sampled = _without_echo(ev, prepared)
+            if isinstance(sampled, Resolution):
+                out[i] = sampled
                 continue
-            states = self._initial_states(ev, prepared)
+            outputs[i] = sampled
+            if sampled.claimed_output_ids is not None:
+                out[i] = self._checked(sampled, prepared, sampled.claimed_output_ids)
+                continue
+            states = self._initial_states(sampled, prepared)
             if isinstance(states, Resolution):
                 out[i] = states
             else:
@@ -161,7 +168,7 @@ class EvidenceResolver:
         if searching:
             self._search(searching, run_passes)
             for i, group in itertools.groupby(searching, key=lambda s: s[0]):
-                out[i] = self._found(evidence[i], [(state, ctx) for _, state, ctx in group])
+                out[i] = self._found(outputs[i], [(state, ctx) for _, state, ctx in group])
         return [r for r in out if r is not None]
 
     def _found(
@@ -371,6 +378,18 @@ class EvidenceResolver:
                 detail = describe_violation(tokenizer, output, at)
                 finding = Finding(Reason.GRAMMAR_VIOLATION, detail)
         return Resolution(ctx.prompt, output, finding, margins, restarts, searched)
+
+
+def _without_echo(ev: ChoiceEvidence, ctx: _Context) -> ChoiceEvidence | Resolution:
+    """The evidence of what was sampled: the received text after the prompt vLLM's
+    server echoes (`verifierd.evidence.echo`), or a FAIL when it is not there."""
+    echoed = ctx.rendered.echoed(ev.prompt_index)
+    if not echoed:
+        return ev
+    output = split_echo(ev.text, echoed)
+    if isinstance(output, Finding):
+        return Resolution(ctx.prompt, (), output)
+    return replace(ev, text=output)
 
 
 def _engine_finish(ev: ChoiceEvidence, *, parsed: bool) -> str | Finding:
