@@ -12,7 +12,7 @@ honest traffic through the relay). Every process and thread is stopped on exit.
 from __future__ import annotations
 
 import json
-from collections.abc import Collection, Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from functools import partial
@@ -130,8 +130,12 @@ def _judged(user: str, verdict: verifier_pb2.Verdict, server_port: int) -> Judge
 
 
 @contextmanager
-def live_pipeline(work: Path, model_dir: Path, *, timeout_s: float = 900) -> Iterator[LivePipeline]:
-    """Server, doors, collector and verifierd for ``model_dir``, calibrated."""
+def live_pipeline(
+    work: Path, model_dir: Path, *, timeout_s: float = 900, serving: Sequence[str] = ()
+) -> Iterator[LivePipeline]:
+    """Server, doors, collector and verifierd for ``model_dir``, calibrated. ``serving``:
+    vLLM flags the server runs with (--chat-template, --tool-call-parser, ...), which
+    the commitment then carries."""
     logs = work / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     verifierd, collector = veritap_command("verifierd"), veritap_command("collector")
@@ -146,10 +150,10 @@ def live_pipeline(work: Path, model_dir: Path, *, timeout_s: float = 900) -> Ite
         commitments.mkdir()
         configs = write_configs(work, key, commitments, ports)
         collector_config, verifierd_config = configs.collector, configs.verifierd
-        commit_model(verifierd_config, model_dir, commitments, logs)
+        commit_model(verifierd_config, model_dir, commitments, logs, serving)
 
         group = stack.enter_context(ProcessGroup(logs))
-        group.start("prover", prover_argv(model_dir, server_port), env=engine_env())
+        group.start("prover", prover_argv(model_dir, server_port, serving), env=engine_env())
         group.start("collector", [*collector, "run", "--config", str(collector_config)])
         group.start("verifierd", [*verifierd, "run", "--config", str(verifierd_config)])
         health = partial(http_ok, f"http://127.0.0.1:{server_port}/health")

