@@ -1,0 +1,191 @@
+"""What checking the prover's logprobs costs, and how far honest ones are from the verifier's.
+
+A tiny Llama (built locally, float32 and bfloat16) generates seeded chat answers
+the way vLLM's server does for requests with ``logprobs`` and ``top_logprobs``:
+the request rendered by vLLM's renderer, sampled by the engine with its
+``raw_logprobs`` mode, the stated logprobs taken from the engine's output as the
+server writes them (the sampled token first, then the top ones). verifierd's
+backend then scores every answer twice on the same engine in the same run: the
+reference without a logprobs claim, and with it (the rows' logprobs recorded,
+the claim checked); with claimed ids, and again from the text alone (the
+tokenization search). Reported: wall clock of each, their ratio, and the
+largest honest deviation next to the dtype's tolerance floor
+(verifierd.calibration.logprobs_tolerance_floor).
+
+Each scoring runs three times with the prefix cache reset before it; the median
+round is reported.
+
+    python bench/logprobs.py [--requests 16] [--tokens 200] [--top 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT), str(ROOT / "protos")]
+
+from verifierd.calibration import logprobs_tolerance_floor  # noqa: E402
+from verifierd.difr import SamplingSettings  # noqa: E402
+from verifierd.engine.backend import EngineBackend, EngineSpec, ScoreRequest  # noqa: E402
+from verifierd.evidence.client_view import CHAT, ChoiceEvidence  # noqa: E402
+from verifierd.evidence.logprobs import ClaimedPosition, LogprobsClaim, TopEntry  # noqa: E402
+from verifierd.evidence.vllm_views import render_request  # noqa: E402
+from verifierd.tiny_model import TinyModelSpec, build_tiny_model  # noqa: E402
+
+PROFILE = "vllm-cpu-splitmix"
+REPEATS = 3
+
+
+def _honest(backend: EngineBackend, n: int, tokens: int, top: int) -> list[ChoiceEvidence]:
+    """Seeded answers with the logprobs vLLM's server would state for them."""
+    llm = backend._llm
+    bodies = [
+        {
+            "model": "tiny",
+            "messages": [{"role": "user", "content": f"Question {i}: what is a socket?"}],
+            "seed": i,
+            "temperature": 1.0,
+            "max_tokens": tokens,
+            "ignore_eos": True,
+            "logprobs": True,
+            "top_logprobs": top,
+        }
+        for i in range(n)
+    ]
+    rendered = [render_request(llm, CHAT, json.dumps(b)) for b in bodies]
+    prompts = [{"prompt_token_ids": list(r.prompts[0])} for r in rendered]
+    outputs = llm.generate(prompts, [r.params for r in rendered], use_tqdm=False)
+    out = []
+    for body, r, o in zip(bodies, rendered, outputs, strict=True):
+        answer = o.outputs[0]
+        positions = []
+        for token, stated in zip(answer.token_ids, answer.logprobs, strict=True):
+            entries = list(stated.items())
+            positions.append(
+                ClaimedPosition(
+                    token=stated[token].decoded_token,
+                    logprob=max(-9999.0, stated[token].logprob),
+                    token_bytes=None,
+                    top=tuple(
+                        TopEntry(lp.decoded_token, max(-9999.0, lp.logprob))
+                        for _, lp in entries[:top]
+                    ),
+                )
+            )
+        out.append(
+            ChoiceEvidence(
+                dialect=CHAT,
+                request_json=json.dumps(body),
+                prompt_index=0,
+                text=answer.text,
+                finish_reason="length",
+                stop_reason_json="",
+                claimed_prompt_ids=tuple(r.prompts[0]),
+                claimed_output_ids=tuple(answer.token_ids),
+                claimed_logprobs=LogprobsClaim(tuple(positions)),
+            )
+        )
+    return out
+
+
+def _requests(evidence: list[ChoiceEvidence]) -> list[ScoreRequest]:
+    sampling = [
+        SamplingSettings(
+            temperature=1.0, top_k=-1, top_p=1.0, seed=json.loads(e.request_json)["seed"]
+        )
+        for e in evidence
+    ]
+    return [
+        ScoreRequest(f"r{i}", e.claimed_prompt_ids or (), e.claimed_output_ids or (), s, evidence=e)
+        for i, (e, s) in enumerate(zip(evidence, sampling, strict=True))
+    ]
+
+
+def _timed(backend: EngineBackend, requests: list[ScoreRequest]) -> tuple[float, list[Any]]:
+    rounds, results = [], []
+    for _ in range(REPEATS):
+        backend.reset_prefix_cache()
+        t0 = time.perf_counter()
+        results = backend.score(requests, PROFILE, 10.0)
+        rounds.append(time.perf_counter() - t0)
+    return statistics.median(rounds), results
+
+
+def _run(dtype: str, args: argparse.Namespace, work: Path) -> list[tuple[str, ...]]:
+    model = build_tiny_model(work / dtype, TinyModelSpec(dtype=dtype))
+    backend = EngineBackend.load(EngineSpec(model.path, dtype=dtype, max_model_len=1024))
+    rows = []
+    try:
+        honest = _honest(backend, args.requests, args.tokens, args.top)
+        for how, strip in (("ids", {}), ("text", {"claimed_output_ids": None})):
+            claimed = [replace(e, **strip) for e in honest]
+            plain = [replace(e, claimed_logprobs=None) for e in claimed]
+            backend.score(_requests(claimed[:1]), PROFILE, 10.0)  # warm-up
+            reference, _ = _timed(backend, _requests(plain))
+            checked, results = _timed(backend, _requests(claimed))
+            findings = [r.finding for r in results if r.finding is not None]
+            deviation = max((r.logprobs.largest for r in results if r.logprobs), default=0.0)
+            compared = sum(r.logprobs is not None for r in results)
+            rows.append(
+                (
+                    dtype,
+                    how,
+                    f"{reference:.2f}",
+                    f"{checked:.2f}",
+                    f"{checked / reference:.2f}x",
+                    f"{compared}/{len(results)}",
+                    str(len(findings)),
+                    f"{deviation:.3g}",
+                    f"{logprobs_tolerance_floor(dtype):.3g}",
+                )
+            )
+    finally:
+        backend.close()
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--requests", type=int, default=16)
+    parser.add_argument("--tokens", type=int, default=200)
+    parser.add_argument("--top", type=int, default=5)
+    parser.add_argument("--dtypes", nargs="+", default=["float32", "bfloat16"])
+    args = parser.parse_args()
+    header = (
+        "dtype",
+        "ids",
+        "reference s",
+        "with logprobs s",
+        "ratio",
+        "compared",
+        "findings",
+        "max honest deviation",
+        "floor",
+    )
+    rows: list[tuple[str, ...]] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for dtype in args.dtypes:
+            rows += _run(dtype, args, Path(tmp))
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    for r in [header, *rows]:
+        print("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)))
+    worst = max(float(r[4].rstrip("x")) for r in rows)
+    margins = ", ".join(f"{r[0]}/{r[1]} {r[7]} (floor {r[8]})" for r in rows)
+    print(
+        f"result: checking {args.top} top logprobs costs at most {worst:.2f}x the scoring "
+        f"without them; findings on honest answers: {sum(int(r[6]) for r in rows)}; "
+        f"largest honest deviations {margins}"
+    )
+
+
+if __name__ == "__main__":
+    main()
