@@ -262,6 +262,8 @@ class Pipeline:
                 api.sampling,
                 commitment.generation_defaults,
                 get_profile(commitment.sampler_profile),
+                structured_outputs=commitment.structured_outputs,
+                request_json=_request_json(record),
             )
         except SamplingNotReproducibleError as exc:
             return self._write(entry, record.record_id, unverifiable(v, exc.reason, exc.detail))
@@ -621,9 +623,7 @@ def score_requests(
         commitment.generation_defaults,
         get_profile(commitment.sampler_profile),
         structured_outputs=commitment.structured_outputs,
-        request_json=record.request.body.decode("utf-8", "replace")
-        if record.request.body
-        else None,
+        request_json=_request_json(record),
     )
     evidence = choice_evidence(record, commitment.serving)
     indices = tuple(c.index for c in sorted(api.choices, key=lambda c: c.index))
@@ -642,6 +642,11 @@ def score_requests(
         for index, ev in zip(indices, evidence, strict=True)
     )
     return requests, indices
+
+
+def _request_json(record: record_pb2.InferenceRecord) -> str | None:
+    """The raw request body, None when the record did not keep it."""
+    return record.request.body.decode("utf-8", "replace") if record.request.body else None
 
 
 #: Bytes per token assumed when planning a batch before the engine knows the ids.

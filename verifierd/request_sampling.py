@@ -153,11 +153,24 @@ class RequestReplay:
 
 
 def request_sampling(
-    sampling: record_pb2.SamplingParams, defaults: GenerationDefaults, profile: SamplerProfile
+    sampling: record_pb2.SamplingParams,
+    defaults: GenerationDefaults,
+    profile: SamplerProfile,
+    *,
+    structured_outputs: StructuredOutputsEngine | None = None,
+    request_json: str | None = None,
 ) -> SamplingSettings:
     """The SamplingSettings the prover applied to a request (choice i of an n-choice
-    request: ``.for_choice(i, n)``), or SamplingNotReproducibleError saying why not."""
-    return request_replay(sampling, defaults, profile).settings
+    request: ``.for_choice(i, n)``), or SamplingNotReproducibleError saying why not
+    (the keywords: as `request_replay`'s)."""
+    replay = request_replay(
+        sampling,
+        defaults,
+        profile,
+        structured_outputs=structured_outputs,
+        request_json=request_json,
+    )
+    return replay.settings
 
 
 def request_replay(

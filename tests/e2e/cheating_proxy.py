@@ -50,6 +50,9 @@ class Cheat(StrEnum):
     #: ``return_token_ids`` added to the forwarded request, the text edited, the
     #: server's ids kept.
     UNASKED_IDS = "unasked-ids"
+    #: ``response_format`` and ``structured_outputs`` dropped before forwarding: the
+    #: server samples without the grammar the client asked for.
+    IGNORED_GRAMMAR = "ignored-grammar"
     #: ARGUMENT_EDIT applied to every tool call's arguments (streamed: each fragment).
     EDITED_TOOL_ARGUMENTS = "edited-tool-arguments"
     #: Every stated logprob (the sampled token's and the top ones) lowered by
@@ -69,6 +72,9 @@ def cheat_request(cheat: Cheat | None, body: dict[str, Any]) -> dict[str, Any]:
                 forwarded[key] = max(1, int(body[key]) // 2)
     elif cheat is Cheat.UNASKED_IDS:
         forwarded["return_token_ids"] = True
+    elif cheat is Cheat.IGNORED_GRAMMAR:
+        forwarded.pop("response_format", None)
+        forwarded.pop("structured_outputs", None)
     return forwarded
 
 

@@ -246,14 +246,23 @@ class EvidenceResolver:
     def _text_outside_grammar(self, text: str, ctx: _Context) -> Resolution | None:
         """A FAIL when the received text leaves the grammar, whatever its tokens.
 
-        The grammar reads bytes, so one tokenization of the text decides for all;
-        skipped where the text holds U+FFFD or spells an added token (its bytes
-        are then not known, or the tokenizer would read a special token)."""
+        A byte-level grammar reads bytes, so one tokenization of the text decides
+        for all. Only the text before its first U+FFFD is read (its bytes are known),
+        and nothing when it spells an added token (the tokenizer would read a
+        special token), when the tokenizer is not byte-level, or when the request
+        may go on after a stop token (ignore_eos, stop_token_ids)."""
         grammar = ctx.grammar
-        if grammar is None or REPLACEMENT in text:
-            return None
         tokenizer = self._llm.get_tokenizer()
-        ids = [int(i) for i in tokenizer.encode(text, add_special_tokens=False)]
+        params = ctx.rendered.params
+        if (
+            grammar is None
+            or ctx.rendered.ignore_eos
+            or params.stop_token_ids
+            or not ByteLevelText.supports(tokenizer)
+        ):
+            return None
+        known = text.split(REPLACEMENT, 1)[0]
+        ids = [int(i) for i in tokenizer.encode(known, add_special_tokens=False)]
         if set(ids) & set(tokenizer.get_added_vocab().values()):
             return None
         at = grammar.first_violation(ids)
