@@ -7,8 +7,9 @@ records after the demo's calibration. The same sampled requests (temperature
 1, streamed and not, no seed, no vLLM extensions; chat, completions and
 Responses) sent straight to the door are UNVERIFIABLE(no_seed); through the
 gateway their records carry a seed each and PASS, and the prover's share of
-unseeded verdicts is the figure the verifier reports. Needs root for the live capture; skipped where nginx or
-its JavaScript module is absent (the Makefile's system-deps installs them).
+unseeded verdicts is the figure the verifier reports. Needs root for the live
+capture; skipped where nginx or its JavaScript module is absent (the Makefile's
+system-deps installs them).
 """
 
 from __future__ import annotations
