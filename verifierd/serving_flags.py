@@ -5,9 +5,11 @@ the tokenizer's), ``--chat-template-content-format`` and
 ``--default-chat-template-kwargs``, and turns the model's raw output into what
 the client reads with ``--reasoning-parser`` (reasoning split off) and, under
 ``--enable-auto-tool-choice``, ``--tool-call-parser`` (tool calls pulled out
-of the content). The verifier needs the same flags to rebuild the prompt and
-the raw output, so a commitment carries them (`verifierd.commitments`); a
-commitment written before they existed carries vLLM's defaults.
+of the content; ``--tool-strict-level`` may constrain them with a grammar, and
+``--exclude-tools-when-tool-choice-none`` leaves the tools out of the prompt).
+The verifier needs the same flags to rebuild the prompt and the raw output, so
+a commitment carries them (`verifierd.commitments`); a commitment written
+before they existed carries vLLM's defaults.
 """
 
 from __future__ import annotations
@@ -19,8 +21,9 @@ from typing import Any
 
 from verifierd.errors import VerifierdError
 
-#: vLLM's choices for --chat-template-content-format.
+#: vLLM's choices for --chat-template-content-format and --tool-strict-level.
 CONTENT_FORMATS = ("auto", "string", "openai")
+TOOL_STRICT_LEVELS = ("auto", "function", "parameter")
 
 
 class ServingFlagsError(VerifierdError):
@@ -39,12 +42,21 @@ class ServingFlags:
     enable_auto_tool_choice: bool = False
     tool_call_parser: str | None = None
     reasoning_parser: str | None = None
+    #: --exclude-tools-when-tool-choice-none: tools not rendered for tool_choice none.
+    exclude_tools_when_tool_choice_none: bool = False
+    #: --tool-strict-level: from "function" on, tool calls under tool_choice auto are
+    #: constrained by a grammar too.
+    tool_strict_level: str = "auto"
 
     def __post_init__(self) -> None:
         if self.chat_template_content_format not in CONTENT_FORMATS:
             raise ServingFlagsError(
                 f"chat_template_content_format must be one of {CONTENT_FORMATS}: "
                 f"{self.chat_template_content_format!r}"
+            )
+        if self.tool_strict_level not in TOOL_STRICT_LEVELS:
+            raise ServingFlagsError(
+                f"tool_strict_level must be one of {TOOL_STRICT_LEVELS}: {self.tool_strict_level!r}"
             )
         try:
             kwargs = json.loads(self.default_chat_template_kwargs)
@@ -68,6 +80,8 @@ class ServingFlags:
         enable_auto_tool_choice: bool = False,
         tool_call_parser: str | None = None,
         reasoning_parser: str | None = None,
+        exclude_tools_when_tool_choice_none: bool = False,
+        tool_strict_level: str = "auto",
     ) -> ServingFlags:
         """The flags with the chat template kwargs given as a mapping."""
         return cls(
@@ -77,6 +91,8 @@ class ServingFlags:
             enable_auto_tool_choice=enable_auto_tool_choice,
             tool_call_parser=tool_call_parser,
             reasoning_parser=reasoning_parser,
+            exclude_tools_when_tool_choice_none=exclude_tools_when_tool_choice_none,
+            tool_strict_level=tool_strict_level,
         )
 
     @property
@@ -113,6 +129,8 @@ class ServingFlags:
             "enable_auto_tool_choice": bool,
             "tool_call_parser": str,
             "reasoning_parser": str,
+            "exclude_tools_when_tool_choice_none": bool,
+            "tool_strict_level": str,
         }
         for name, value in data.items():
             if not isinstance(value, kinds[name]):

@@ -1,4 +1,4 @@
-"""The prover's serving flags in the commitment: additive, round-tripping, refused when malformed."""
+"""The prover's serving flags in the commitment: additive, round-tripping, checked."""
 
 from __future__ import annotations
 
@@ -21,6 +21,8 @@ TOOLS = ServingFlags.of(
     enable_auto_tool_choice=True,
     tool_call_parser="hermes",
     reasoning_parser="deepseek_r1",
+    exclude_tools_when_tool_choice_none=True,
+    tool_strict_level="function",
 )
 
 
@@ -44,6 +46,8 @@ def test_flags_round_trip_and_change_the_id(tmp_path: Path) -> None:
         "enable_auto_tool_choice": True,
         "tool_call_parser": "hermes",
         "reasoning_parser": "deepseek_r1",
+        "exclude_tools_when_tool_choice_none": True,
+        "tool_strict_level": "function",
     }
     assert parse_commitment(tools.to_json()) == tools
     assert TOOLS.chat_template_kwargs == {"enable_thinking": False}
@@ -57,6 +61,7 @@ def test_flags_round_trip_and_change_the_id(tmp_path: Path) -> None:
         ({"enable_auto_tool_choice": True}, "needs a tool_call_parser"),
         ({"chat_template_content_format": "xml"}, "chat_template_content_format"),
         ({"reasoning_parser": ""}, "must not be empty"),
+        ({"tool_strict_level": "strict"}, "tool_strict_level must be one of"),
         ([], "must be a JSON object"),
     ],
 )
@@ -84,6 +89,7 @@ def test_the_commit_command_takes_vllm_s_flags(tmp_path: Path) -> None:
     argv += ["--chat-template", str(template), "--enable-auto-tool-choice"]
     argv += ["--tool-call-parser", "hermes", "--reasoning-parser", "deepseek_r1"]
     argv += ["--default-chat-template-kwargs", '{"enable_thinking": false}']
+    argv += ["--exclude-tools-when-tool-choice-none", "--tool-strict-level", "function"]
     assert cli_main(argv) == 0
     assert load_commitment(out).serving == TOOLS
     bad = ["commit", str(model), "-o", str(out), "--enable-auto-tool-choice"]

@@ -28,7 +28,12 @@ from verifierd.commitments import (
 )
 from verifierd.config import load_config
 from verifierd.errors import VerifierdError
-from verifierd.serving_flags import CONTENT_FORMATS, ServingFlags, ServingFlagsError
+from verifierd.serving_flags import (
+    CONTENT_FORMATS,
+    TOOL_STRICT_LEVELS,
+    ServingFlags,
+    ServingFlagsError,
+)
 from verifierd.weights_cache import WeightsCache
 
 
@@ -95,6 +100,8 @@ def _serving_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--enable-auto-tool-choice", action="store_true")
     group.add_argument("--tool-call-parser")
     group.add_argument("--reasoning-parser")
+    group.add_argument("--exclude-tools-when-tool-choice-none", action="store_true")
+    group.add_argument("--tool-strict-level", choices=TOOL_STRICT_LEVELS, default="auto")
     group.add_argument("--logprobs-mode", choices=LOGPROBS_MODES, default=LOGPROBS_MODES[0])
 
 
@@ -112,6 +119,8 @@ def _serving_flags(args: argparse.Namespace) -> ServingFlags:
         enable_auto_tool_choice=args.enable_auto_tool_choice,
         tool_call_parser=args.tool_call_parser,
         reasoning_parser=args.reasoning_parser,
+        exclude_tools_when_tool_choice_none=args.exclude_tools_when_tool_choice_none,
+        tool_strict_level=args.tool_strict_level,
     )
 
 

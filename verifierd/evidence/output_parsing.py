@@ -73,6 +73,7 @@ def parser_class(llm: Any, serving: ServingFlags) -> Any:
             enable_auto_tools=serving.enable_auto_tool_choice,
             model_name=model_config.model,
             is_harmony=model_config.hf_config.model_type == "gpt_oss",
+            tool_strict_level=serving.tool_strict_level,
             tokenizer=llm.get_tokenizer(),
         )
     except (KeyError, TypeError, ValueError, RuntimeError) as exc:

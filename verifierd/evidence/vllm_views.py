@@ -145,7 +145,8 @@ def _render_chat(llm: Any, request: Any, serving: ServingFlags = VLLM_DEFAULTS) 
     if request.tool_choice not in (None, "none") and not parser_cls_tools(parser_cls):
         # vLLM's server refuses it (it needs --enable-auto-tool-choice --tool-call-parser).
         raise RenderError(f"tool_choice {request.tool_choice!r} without the server's tool parser")
-    tools = None if request.tools is None else [t.model_dump() for t in request.tools]
+    excluded = request.tool_choice == "none" and serving.exclude_tools_when_tool_choice_none
+    tools = None if request.tools is None or excluded else [t.model_dump() for t in request.tools]
     template, content_format = serving.chat_template, serving.chat_template_content_format
     chat_params = request.build_chat_params(template, content_format).with_defaults(
         merge_kwargs(serving.chat_template_kwargs, {"tools": tools, "tokenize": False})

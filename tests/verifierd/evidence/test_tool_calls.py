@@ -237,6 +237,23 @@ def test_what_the_commitment_cannot_explain_is_unverifiable(backend: EngineBacke
     assert result.finding is not None and result.finding.reason.value == "finish_mismatch"
 
 
+def test_flags_that_drop_the_tools_or_constrain_the_calls(backend: EngineBackend) -> None:
+    llm = backend._llm
+    none = _body(tool_choice="none")
+    excluding = replace(SERVING, exclude_tools_when_tool_choice_none=True)
+    with_tools = render_request(llm, CHAT, none, SERVING).prompts[0]
+    without = render_request(llm, CHAT, none, excluding).prompts[0]
+    assert without == render_request(llm, CHAT, _plain_body(), SERVING).prompts[0] != with_tools
+    # --tool-strict-level function: tool_choice auto gets a structural-tag grammar too.
+    strict = replace(SERVING, tool_strict_level="function")
+    assert render_request(llm, CHAT, _body(), SERVING).params.structured_outputs is None
+    assert render_request(llm, CHAT, _body(), strict).params.structured_outputs is not None
+    honest = _honest(backend, SERVING, _body(seed=8))
+    result = _score(backend, honest, replace(honest.evidence, serving=strict))
+    assert result.finding is not None
+    assert result.finding.reason.value == "sampler_not_reproducible"
+
+
 def test_parallel_calls_and_their_candidates(backend: EngineBackend) -> None:
     rendered = render_request(backend._llm, CHAT, _body(), SERVING)
     parser = rendered.output
