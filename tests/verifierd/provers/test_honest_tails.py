@@ -6,9 +6,10 @@ import json
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from verifierd.provers.honest_tails import decode_tails, encode_tails, store_honest_tails
-from verifierd.provers.sequential import HonestTails
+from verifierd.provers.sequential import HonestTails, SequentialTestError
 from verifierd.store import Store
 
 
@@ -28,3 +29,10 @@ def test_tails_round_trip_and_are_audited(tmp_path: Path) -> None:
         assert detail["exceedances"] == list(tails.exceedances) and detail["tokens"] == 6
     finally:
         store.close()
+
+
+def test_tails_of_the_former_format_ask_for_a_new_calibration() -> None:
+    """Tails stored before the per-response counts existed hold no unit to test in."""
+    former = {"delta_max": 5.0, "tokens": 6, "levels": [0.0], "exceedances": [1]}
+    with pytest.raises(SequentialTestError, match="calibrate --apply"):
+        decode_tails(json.dumps(former).encode())
