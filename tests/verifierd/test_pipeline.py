@@ -120,6 +120,10 @@ def test_every_record_gets_exactly_one_signed_verdict(
         Exchange("other-model", model="unknown"),
         Exchange("http-error", status=500, outputs=()),
         Exchange("json-mode", extra_params={"response_format": {"type": "json_object"}}),
+        Exchange(
+            "structural-tag",
+            extra_params={"response_format": {"type": "structural_tag", "format": {}}},
+        ),
         Exchange("two-choices", outputs=((5, 6), (1200, 6))),
         Exchange("long-honest", outputs=(tuple(range(10, 200)),)),
     ]
@@ -137,7 +141,8 @@ def test_every_record_gets_exactly_one_signed_verdict(
         "greedy-unseeded": (PASS, ""),
         "other-model": (UNVERIFIABLE, "unknown_commitment"),
         "http-error": (UNVERIFIABLE, "no_output"),
-        "json-mode": (UNVERIFIABLE, "sampler_not_reproducible"),
+        "json-mode": (PASS, ""),
+        "structural-tag": (UNVERIFIABLE, "sampler_not_reproducible"),
         "two-choices": (FAIL, "score_over_threshold"),
         "long-honest": (PASS, ""),
         "refused": (UNVERIFIABLE, "tokens_unavailable"),
@@ -160,11 +165,12 @@ def test_every_record_gets_exactly_one_signed_verdict(
     assert got["gap"].detail.startswith("CAPTURE_QUALITY_RESPONSE_GAP")
     assert rig.store.counts().verdicts == len(expected)
     assert sum(rig.store.verdict_counts().values()) == len(expected)
-    # Six records went to the engine: the five scored and "refused", which it rejected.
+    # Seven records went to the engine: the six scored (JSON mode's grammar is replayed)
+    # and "refused", which it rejected.
     batched = rig.metrics.registry.get_sample_value(
         "veritap_verifier_batch_records_sum", {"commitment": rig.commitment.commitment_id}
     )
-    assert batched == 6
+    assert batched == 7
 
 
 def test_engine_failures_retry_then_give_up(rig: Rig) -> None:
