@@ -19,11 +19,12 @@ has pooled u units, s_k of them exceeding (`HonestTails`, `SequentialTest`).
 the likelihood of the calibration's counts (N, n) and, for each rate r_j of
 R = {2^-1, ..., 2^-20}, r'_j(p) = max(r_j, p). Then
 
-    M(p) = A / L_cal(p) * sum_j w * prod_{i<=u} (r'_j/p)^[x_i] ((1-r'_j)/(1-p))^(1-[x_i]),
+    M(p) = A / L_cal(p) * sum_j w_j * prod_{i<=u} (r'_j/p)^[x_i] ((1-r'_j)/(1-p))^(1-[x_i]),
 
-x_i the prover's i-th unit exceeding or not, w = 1/|R|, and A = 1/2 [n = 0] +
-1/2 mean over rates 2^-1, ..., 2^-48 of their likelihood of (N, n): a
-probability distribution over the calibration's outcomes, fixed before it ran.
+x_i the prover's i-th unit exceeding or not, w_j fixed weights summing to 1
+(`PROVER_WEIGHTS`), and A = 1/2 [n = 0] + 1/2 mean over rates 2^-1, ...,
+2^-48 of their likelihood of (N, n): a probability distribution over the
+calibration's outcomes, fixed before it ran.
 The level's e-value is a lower bound of inf over p of M(p), computed exactly
 per interval between consecutive rates of R (each term of M is monotone or
 log-concave in p there); E is the mean of the levels' e-values. It depends only
@@ -65,9 +66,11 @@ whose calibration saw any cluster is tested per response. When an admin clears
 an alarm the prover starts a fresh state, whose bound counts from the clear.
 
 **Power.** Per token with N exact honest tokens (n = 0), s exceeding tokens
-among u give ln E ~ s ln(N / (e u)) - ln |R| - ln 2 at best: the calibration's
-tokens and the prover's are judged together, so an honest rate high enough to
-explain s exceedances in u tokens would have shown in N. A level whose count is
+among u give ln E ~ s ln(N / (e u)) - ln(1 / w_j) - ln 2 at best, w_j the
+weight of the rate nearest s / u (at N = 150,000, 3 such tokens within ~1,000
+alarm): the calibration's tokens and the prover's are judged together, so an
+honest rate high enough to explain s exceedances in u tokens would have shown
+in N. A level whose count is
 not below that of the level under it adds nothing and is dropped. Per response,
 one response is worth at most ~ln(N / n) whatever its margins: bfloat16
 commitments need more responses to alarm than float32 ones.
