@@ -25,6 +25,7 @@ from appliance.command_line import EXIT_CONFIG, apply_log_level
 from appliance.sd_notify import Notifier
 from appliance.watchdog import Watchdog
 from collector.capture.errors import CaptureError
+from collector.capture.gc_tuning import tuned_for_capture
 from collector.capture.live import KernelStats, LiveCapture
 from collector.config import CollectorConfig, load_config
 from collector.ledger.errors import LedgerError
@@ -130,16 +131,17 @@ def run(args: argparse.Namespace) -> int:
     print(f"collector: {status}", file=sys.stderr, flush=True)
     notifier.ready(status=status)
     try:
-        _capture_loop(
-            config,
-            capture,
-            pipeline,
-            writer,
-            stop,
-            watchdog=Watchdog.from_env(notifier),
-            snapshot=snapshot,
-            feed=feed,
-        )
+        with tuned_for_capture():
+            _capture_loop(
+                config,
+                capture,
+                pipeline,
+                writer,
+                stop,
+                watchdog=Watchdog.from_env(notifier),
+                snapshot=snapshot,
+                feed=feed,
+            )
     finally:
         notifier.stopping(status="flushing flows into the log")
         ledger.stop()
