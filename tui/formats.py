@@ -98,6 +98,19 @@ def checkpoint_line(verdict: verifier_pb2.Verdict) -> str:
     return f"tree size {count(verdict.checkpoint_tree_size)}, root {root}"
 
 
+def logprobs_line(verdict: verifier_pb2.Verdict) -> str:
+    """The response's stated logprobs against the verifier's: the largest deviation and the
+    tolerance it was judged by ("—" when none were stated or compared)."""
+    if not verdict.HasField("logprobs_deviation"):
+        return "—"
+    deviation = verdict.logprobs_deviation
+    if not verdict.settings.HasField("logprobs_tolerance"):
+        return f"largest deviation {deviation:.3g} (the commitment's default tolerance)"
+    tolerance = verdict.settings.logprobs_tolerance
+    relation = ">" if deviation > tolerance else "≤"
+    return f"largest deviation {deviation:.3g} {relation} tolerance {tolerance:g}"
+
+
 def settings_line(settings: verifier_pb2.DifrSettings) -> str:
     return (
         f"threshold {settings.threshold:g}  Δmax {settings.delta_max:g}  "

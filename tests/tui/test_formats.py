@@ -150,3 +150,16 @@ def test_a_verdict_names_its_checkpoint_by_tree_size_and_full_root() -> None:
     verdict = verifier_pb2.Verdict(checkpoint_tree_size=1200, checkpoint_root_hash=root)
     assert formats.checkpoint_line(verdict) == f"tree size 1\u2009200, root {root.hex()}"
     assert formats.checkpoint_line(verifier_pb2.Verdict()) == "—"
+
+
+def test_a_verdict_shows_its_logprobs_deviation_against_the_tolerance() -> None:
+    stated = verifier_pb2.Verdict(logprobs_deviation=0.5)
+    stated.settings.logprobs_tolerance = 0.25
+    assert formats.logprobs_line(stated) == "largest deviation 0.5 > tolerance 0.25"
+    stated.logprobs_deviation = 1e-6
+    assert formats.logprobs_line(stated) == "largest deviation 1e-06 ≤ tolerance 0.25"
+    default = verifier_pb2.Verdict(logprobs_deviation=0.1)
+    assert formats.logprobs_line(default) == (
+        "largest deviation 0.1 (the commitment's default tolerance)"
+    )
+    assert formats.logprobs_line(verifier_pb2.Verdict()) == "—"

@@ -108,6 +108,7 @@ def _evidence(detail: RecordDetail) -> Table:
         ("record", f"{verdict.record_id} ({verdict.origin} seq {verdict.seq})"),
         ("entry hash", verdict.entry_hash.hex() or "—"),
         ("checkpoint", formats.checkpoint_line(verdict)),
+        ("logprobs", formats.logprobs_line(verdict)),
         ("commitment", verdict.commitment_id or "—"),
         ("model", verdict.model or detail.record.api.model),
         (
