@@ -125,6 +125,7 @@ class RecordBuilder:
         _fill_flow(record.flow, late.flow)
         ambiguity = late.ambiguity
         _add_ambiguity(record.ambiguities, ambiguity)
+        record.amends_record_ids.extend(late.record_ids)
         side = "request" if ambiguity.direction == CLIENT_TO_SERVER else "response"
         held = (
             f"record {', '.join(late.record_ids)}"

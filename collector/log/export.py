@@ -47,6 +47,8 @@ sse_events                   number of Server-Sent Events in the response
 quality                      capture quality: complete, request_gap, response_gap, truncated,
                              midstream, parse_error, ambiguous (unspecified when unset)
 quality_reason               why the quality is not complete ("" when it is)
+amends_record_ids            for an amendment (bytes of records already written arrived later
+                             in another version): the ids of those records, else []
 request_body_sha256          SHA-256 of the de-chunked, decompressed request body (hex; the
                              whole body's, also when the record stores it cut or not at all)
 response_body_sha256         SHA-256 of the de-chunked, decompressed response body (hex; idem)
@@ -239,6 +241,7 @@ def record_object(seq: int, envelope: bytes, *, with_bodies: bool = False) -> di
         "sse_events": len(response.sse_arrival_offsets_ns),
         "quality": quality_name(record.quality),
         "quality_reason": record.quality_reason,
+        "amends_record_ids": list(record.amends_record_ids),
         "request_body_sha256": _body_sha256(request),
         "response_body_sha256": _body_sha256(response),
         "events_after_end": api.events_after_end,

@@ -269,6 +269,8 @@ def test_a_differing_copy_after_its_record_was_written_is_an_amendment_naming_it
     assert one.quality == two.quality == record_pb2.CAPTURE_QUALITY_COMPLETE
     assert amendment.quality == record_pb2.CAPTURE_QUALITY_AMBIGUOUS
     assert f"of record {one.record_id} arrived in 2 versions" in amendment.quality_reason
+    assert list(amendment.amends_record_ids) == [one.record_id]
+    assert not one.amends_record_ids and not two.amends_record_ids
     assert not amendment.HasField("request") and not amendment.HasField("response")
     assert amendment.flow == one.flow
     (ambiguity,) = amendment.ambiguities
@@ -299,3 +301,5 @@ def test_a_late_differing_copy_is_visible_in_the_replay_summary_and_the_exported
         amendment["quality_reason"]
     )
     assert str(amended["record_id"]) in str(amendment["quality_reason"])
+    assert amendment["amends_record_ids"] == [amended["record_id"]]
+    assert amended["amends_record_ids"] == []

@@ -668,6 +668,7 @@ class InferenceRecord(_message.Message):
     QUALITY_FIELD_NUMBER: _builtins.int
     QUALITY_REASON_FIELD_NUMBER: _builtins.int
     AMBIGUITIES_FIELD_NUMBER: _builtins.int
+    AMENDS_RECORD_IDS_FIELD_NUMBER: _builtins.int
     record_id: _builtins.str
     """ULID, unique per collector origin."""
     origin: _builtins.str
@@ -689,6 +690,12 @@ class InferenceRecord(_message.Message):
     def ambiguities(self) -> _containers.RepeatedCompositeFieldContainer[Global___StreamAmbiguity]:
         """Byte ranges of the exchange seen in more than one version (quality AMBIGUOUS)."""
 
+    @_builtins.property
+    def amends_record_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """An amendment (an ambiguous record with no exchange of its own): the ids of
+        the records already written whose bytes later arrived in another version.
+        """
+
     def __init__(
         self,
         *,
@@ -704,10 +711,11 @@ class InferenceRecord(_message.Message):
         quality: Global___CaptureQuality.ValueType = ...,
         quality_reason: _builtins.str = ...,
         ambiguities: _abc.Iterable[Global___StreamAmbiguity] | None = ...,
+        amends_record_ids: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["api", b"api", "flow", b"flow", "request", b"request", "response", b"response"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["ambiguities", b"ambiguities", "api", b"api", "flow", b"flow", "origin", b"origin", "quality", b"quality", "quality_reason", b"quality_reason", "record_id", b"record_id", "request", b"request", "request_first_byte_ns", b"request_first_byte_ns", "response", b"response", "response_first_byte_ns", b"response_first_byte_ns", "response_last_byte_ns", b"response_last_byte_ns"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["ambiguities", b"ambiguities", "amends_record_ids", b"amends_record_ids", "api", b"api", "flow", b"flow", "origin", b"origin", "quality", b"quality", "quality_reason", b"quality_reason", "record_id", b"record_id", "request", b"request", "request_first_byte_ns", b"request_first_byte_ns", "response", b"response", "response_first_byte_ns", b"response_first_byte_ns", "response_last_byte_ns", b"response_last_byte_ns"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
