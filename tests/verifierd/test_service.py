@@ -460,8 +460,12 @@ async def test_stats_without_daemon_sources_come_from_the_store(served: Served) 
 async def test_settings_changes_need_the_admin_certificate_and_are_audited(served: Served) -> None:
     await served.start()
     committed = served.model.commitment.difr.to_proto()
-    new = verifier_pb2.DifrSettings(threshold=0.2, delta_max=8.0, sample_rate=0.5)
-    request = verifier_pb2.SetDifrSettingsRequest(commitment_id=served.commitment_id, settings=new)
+    edit = verifier_pb2.DifrSettings(threshold=0.2, delta_max=8.0, sample_rate=0.5)
+    request = verifier_pb2.SetDifrSettingsRequest(commitment_id=served.commitment_id, settings=edit)
+    # The edit names no logprobs tolerance: the committed one stays in force.
+    new = verifier_pb2.DifrSettings()
+    new.CopyFrom(edit)
+    new.logprobs_tolerance = committed.logprobs_tolerance
 
     with pytest.raises(grpc.aio.AioRpcError) as refused:
         await served.stub().SetDifrSettings(request)
@@ -516,6 +520,14 @@ async def test_settings_changes_need_the_admin_certificate_and_are_audited(serve
             await admin.SetDifrSettings(bad)
         assert failed.value.code() == code
     assert len(served.store.audit_log()) == 1
+
+    calibrated = verifier_pb2.DifrSettings()
+    calibrated.CopyFrom(edit)
+    calibrated.logprobs_tolerance = 1e-3
+    request.settings.CopyFrom(calibrated)
+    assert (await admin.SetDifrSettings(request)).current == calibrated
+    request.settings.CopyFrom(edit)
+    assert (await admin.SetDifrSettings(request)).current == calibrated
 
 
 async def test_a_certificate_from_an_untrusted_ca_is_refused_even_with_the_admin_name(

@@ -467,8 +467,17 @@ class VerifierServicer(verifier_pb2_grpc.VerifierServiceServicer):
             )
         if not request.HasField("settings"):
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "settings are required")
+        # A change that does not name a logprobs tolerance keeps the one in force (a
+        # calibrated one is never loosened to the default by an unrelated edit).
+        requested = verifier_pb2.DifrSettings()
+        requested.CopyFrom(request.settings)
+        if not requested.HasField("logprobs_tolerance"):
+            in_force = await asyncio.to_thread(self._store.difr_override, commitment.commitment_id)
+            requested.logprobs_tolerance = (
+                in_force if in_force is not None else commitment.difr.to_proto()
+            ).logprobs_tolerance
         try:
-            current = DifrSettings.from_proto(request.settings).to_proto()
+            current = DifrSettings.from_proto(requested).to_proto()
         except CommitmentError as exc:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         previous = await asyncio.to_thread(
