@@ -892,9 +892,9 @@ class Store:
     def set_difr_override(
         self, commitment_id: str, settings: verifier_pb2.DifrSettings, *, actor: str
     ) -> verifier_pb2.DifrSettings | None:
-        """Replace a commitment's DiFR settings (threshold, Δmax, sample rate) and write
-        the change to the audit log in the same transaction; returns the previous
-        override."""
+        """Replace a commitment's DiFR settings (threshold, Δmax, sample rate, logprobs
+        tolerance) and write the change to the audit log in the same transaction;
+        returns the previous override."""
 
         def body(txn: lmdb.Transaction) -> verifier_pb2.DifrSettings | None:
             raw = txn.get(commitment_id.encode(), db=self._dbs["settings"])
@@ -944,13 +944,17 @@ def _alert(origin: str, value: bytes) -> Alert:
 
 
 def _settings_json(settings: verifier_pb2.DifrSettings | None) -> dict[str, float] | None:
+    """The settings as the audit log states them (a logprobs tolerance when they name one)."""
     if settings is None:
         return None
-    return {
+    stated = {
         "threshold": settings.threshold,
         "delta_max": settings.delta_max,
         "sample_rate": settings.sample_rate,
     }
+    if settings.HasField("logprobs_tolerance"):
+        stated["logprobs_tolerance"] = settings.logprobs_tolerance
+    return stated
 
 
 def _refuse_batch(origin: str, seq: int, entries: Sequence[tuple[int, bytes, bytes]]) -> None:

@@ -485,6 +485,7 @@ async def test_settings_changes_need_the_admin_certificate_and_are_audited(serve
         "threshold": 0.2,
         "delta_max": 8.0,
         "sample_rate": 0.5,
+        "logprobs_tolerance": committed.logprobs_tolerance,
     }
 
     [listed] = (
@@ -528,6 +529,12 @@ async def test_settings_changes_need_the_admin_certificate_and_are_audited(serve
     assert (await admin.SetDifrSettings(request)).current == calibrated
     request.settings.CopyFrom(edit)
     assert (await admin.SetDifrSettings(request)).current == calibrated
+    # The audit log states the tolerance each change set and the one it kept.
+    *_, set_it, kept_it = (json.loads(e.detail) for e in served.store.audit_log())
+    assert set_it["previous"]["logprobs_tolerance"] == committed.logprobs_tolerance
+    assert set_it["current"]["logprobs_tolerance"] == 1e-3
+    assert kept_it["previous"]["logprobs_tolerance"] == kept_it["current"]["logprobs_tolerance"]
+    assert kept_it["current"]["logprobs_tolerance"] == 1e-3
 
 
 async def test_a_certificate_from_an_untrusted_ca_is_refused_even_with_the_admin_name(

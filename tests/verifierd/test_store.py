@@ -184,6 +184,10 @@ def test_difr_override_is_audited(store: Store) -> None:
     events = store.audit_log()
     assert [e.actor for e in events] == ["admin@tui", "admin@tui"]
     assert '"sample_rate": 0.5' in events[1].detail
+    assert "logprobs_tolerance" not in events[1].detail  # neither names one
+    third = verifier_pb2.DifrSettings(threshold=0.2, delta_max=5, logprobs_tolerance=1e-3)
+    store.set_difr_override(CID, third, actor="admin@tui")
+    assert json.loads(store.audit_log()[2].detail)["current"]["logprobs_tolerance"] == 1e-3
 
 
 def test_alerts(store: Store) -> None:

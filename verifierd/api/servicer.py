@@ -494,6 +494,7 @@ class VerifierServicer(verifier_pb2_grpc.VerifierServiceServicer):
                 "threshold": current.threshold,
                 "delta_max": current.delta_max,
                 "sample_rate": current.sample_rate,
+                "logprobs_tolerance": current.logprobs_tolerance,
             },
         )
         return verifier_pb2.SetDifrSettingsResponse(
