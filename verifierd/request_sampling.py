@@ -129,6 +129,10 @@ _ADJUSTMENTS = frozenset(
     }
 )
 
+#: The request fields the replay reads beyond the temperature, top_p, top_k and seed
+#: every API names alike: a server that ignores one did not apply what it asks for.
+EXTENDED_SAMPLING_FIELDS = frozenset({"min_p"}) | _ADJUSTMENTS | _STRUCTURED
+
 
 _FloatField = Literal[
     "temperature", "top_p", "min_p", "repetition_penalty", "presence_penalty", "frequency_penalty"

@@ -21,33 +21,27 @@ prover's words: `Choice.finish_reason`, and `Choice.stop_reason_json`):
 A claim with no chat meaning keeps its own words, which the finish rules report
 as not replayed (UNVERIFIABLE), never as a FAIL.
 
-vLLM's Messages request model has no OpenAI sampling extensions: a Messages
-request carrying one (`MESSAGES_IGNORED`) runs without it, while the sampling
-replay (`verifierd.request_sampling`) would read it from the request's
-parameters, so such a request is not replayed (`ignored_sampling_fields`).
+vLLM's Messages request model has no OpenAI sampling extensions and no
+structured outputs: a Messages request carrying one (`MESSAGES_IGNORED`) runs
+without it, while the sampling replay (`verifierd.request_sampling`) would read
+it from the request's parameters, so such a request is not replayed
+(`ignored_sampling_fields`).
 """
 
 from __future__ import annotations
 
 import json
 
+from verifierd.request_sampling import EXTENDED_SAMPLING_FIELDS
+
 RESPONSES = "openai-responses"
 MESSAGES = "anthropic-messages"
 #: The stop reason of an end token: none (chat's ``stop_reason`` null or a token id).
 _END_TOKEN = ""
 #: Sampling fields the replay reads from a request's parameters that vLLM's
-#: ``AnthropicMessagesRequest`` lacks (pydantic drops them: the server ignores them).
-MESSAGES_IGNORED = (
-    "min_p",
-    "repetition_penalty",
-    "frequency_penalty",
-    "presence_penalty",
-    "logit_bias",
-    "allowed_token_ids",
-    "min_tokens",
-    "stop_token_ids",
-    "bad_words",
-)
+#: ``AnthropicMessagesRequest`` lacks (pydantic drops them: the server ignores them):
+#: all it reads beyond temperature, top_p and top_k, which that request has.
+MESSAGES_IGNORED = tuple(sorted(EXTENDED_SAMPLING_FIELDS))
 
 
 def chat_finish(

@@ -5,11 +5,18 @@ from __future__ import annotations
 import json
 
 import pytest
-from veritap.v1.record_pb2 import InferenceRecord
+from veritap.v1.record_pb2 import InferenceRecord, SamplingParams
 
+from verifierd.commitments import GenerationDefaults
 from verifierd.evidence.api_claims import MESSAGES, MESSAGES_IGNORED, RESPONSES, chat_finish
 from verifierd.evidence.client_view import choice_evidence
-from verifierd.request_sampling import SamplingNotReproducibleError
+from verifierd.request_sampling import (
+    RequestReplay,
+    SamplingNotReproducibleError,
+    request_replay,
+)
+from verifierd.samplers import get_profile
+from verifierd.structured_outputs import StructuredOutputsEngine
 from verifierd.verdicts import Reason
 
 MAX_OUTPUT = json.dumps("max_output_tokens")
@@ -72,3 +79,50 @@ def test_messages_sampling_fields_the_server_ignores_are_not_replayed(field: str
     with pytest.raises(SamplingNotReproducibleError, match=field) as raised:
         choice_evidence(_record(MESSAGES, body, "end_turn", ""))
     assert raised.value.reason is Reason.SAMPLER_NOT_REPRODUCIBLE
+
+
+#: Values to try for a request field: one of each shape a sampling field takes.
+PROBES: tuple[object, ...] = (
+    0.5,
+    2,
+    [1],
+    {"1": 1.0},
+    ["x"],
+    {"type": "json_object"},
+    {"choice": ["a", "b"]},
+)
+
+
+def _replay(fields: dict[str, object]) -> RequestReplay:
+    """The replay of a seeded, sampled request that also carries ``fields``."""
+    body = {"temperature": 0.8, "seed": 1, **fields}
+    sampling = SamplingParams(temperature=0.8, seed=1, params_json=json.dumps(body))
+    return request_replay(
+        sampling,
+        GenerationDefaults(),
+        get_profile("vllm-cpu-splitmix"),
+        structured_outputs=StructuredOutputsEngine.installed(),
+        request_json=json.dumps(body),
+    )
+
+
+def _changes_the_replay(field: str) -> bool:
+    unchanged = _replay({})
+    for value in PROBES:
+        try:
+            if _replay({field: value}) != unchanged:
+                return True
+        except SamplingNotReproducibleError:
+            continue  # refused with this value: never replayed wrongly
+    return False
+
+
+def test_messages_ignored_is_what_the_replay_reads_and_vllms_messages_request_lacks() -> None:
+    from vllm.entrypoints.anthropic.protocol import AnthropicMessagesRequest
+    from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
+    from vllm.entrypoints.openai.completion.protocol import CompletionRequest
+
+    # Every field an OpenAI client may send vLLM: those whose value the replay applies.
+    sent = set(ChatCompletionRequest.model_fields) | set(CompletionRequest.model_fields)
+    read = {field for field in sorted(sent) if _changes_the_replay(field)}
+    assert read - set(AnthropicMessagesRequest.model_fields) == set(MESSAGES_IGNORED)
