@@ -300,6 +300,7 @@ HidingReason = Literal[
     "bad_record",
     "tokenization_search_exhausted",
     "request_not_rendered",
+    "record_amended",
 ]
 #: UNVERIFIABLE reasons that may raise a hiding alarm: those the prover's traffic causes.
 #: The verifier's own failures (weights missing or mismatched, engine and internal errors)

@@ -17,6 +17,13 @@ Two steps, each ending in one store transaction:
    the batch's records with backoff; after ``max_attempts`` they become
    UNVERIFIABLE(engine_error).
 
+The collector's amendments: an amendment record (a late copy of bytes it had already
+recorded differed) gets its own verdict, UNVERIFIABLE(amendment), and every record it
+names is judged UNVERIFIABLE(record_amended): one already judged gets a new signed verdict
+that supersedes its verdict (kept in the store's history), one classified or scored later
+(the amendment is kept in the store, so after a restart too) is judged that way when its
+verdict is written, and a queued one never goes to the engine.
+
 A crash at any point loses nothing and duplicates nothing: work whose
 transaction did not commit is redone, and a queue item whose verdict committed
 is gone. :meth:`Pipeline.run` loops in its own thread; every blocking call
@@ -62,11 +69,14 @@ from verifierd.request_sampling import (
 )
 from verifierd.samplers import get_profile
 from verifierd.store import (
+    AmendmentNote,
+    AmendmentWrite,
     Enqueue,
     PendingItem,
     Retry,
     Store,
     StoredEntry,
+    Supersede,
     Tampered,
     VerdictWrite,
 )
@@ -74,8 +84,10 @@ from verifierd.verdicts import (
     FAIL,
     PASS,
     Reason,
+    amended,
     base_verdict,
     sign_verdict,
+    superseding,
     unverifiable,
 )
 from verifierd.weights_cache import WeightsCache, WeightsError
@@ -213,8 +225,10 @@ class Pipeline:
             )
             self._store.set_alert(alert.origin, alert.reason, alert.evidence)
             self._alerted(alert.origin, alert.reason)
-        items: list[Enqueue | VerdictWrite | Tampered] = [
-            self._classify_or_close(authentic) for authentic in checked.authentic
+        decoded = [(authentic, _decoded(authentic.entry)) for authentic in checked.authentic]
+        in_batch = _amendments_in(decoded)
+        items: list[Enqueue | VerdictWrite | AmendmentWrite | Tampered] = [
+            self._classify_or_close(authentic, record, in_batch) for authentic, record in decoded
         ]
         items.extend(checked.tampered)
         if items:
@@ -223,25 +237,42 @@ class Pipeline:
             self._alerted(tampered.origin, tampered.reason)
         return len(items)
 
-    def _classify_or_close(self, authentic: AuthenticEntry) -> Enqueue | VerdictWrite:
+    def _classify_or_close(
+        self,
+        authentic: AuthenticEntry,
+        record: record_pb2.InferenceRecord | EnvelopeError,
+        in_batch: Mapping[tuple[str, str], AmendmentNote],
+    ) -> Enqueue | VerdictWrite | AmendmentWrite:
         entry = authentic.entry
         try:
-            return self._classify(authentic)
+            return self._classify(authentic, record, in_batch)
         except Exception as exc:
             log.exception("classification failed", extra={"origin": entry.origin, "seq": entry.seq})
             v = _authenticated_verdict(authentic, record_id="", model="")
             detail = f"{type(exc).__name__}: {exc}"
             return self._write(entry, "", unverifiable(v, Reason.INTERNAL_ERROR, detail))
 
-    def _classify(self, authentic: AuthenticEntry) -> Enqueue | VerdictWrite:
+    def _classify(
+        self,
+        authentic: AuthenticEntry,
+        record: record_pb2.InferenceRecord | EnvelopeError,
+        in_batch: Mapping[tuple[str, str], AmendmentNote],
+    ) -> Enqueue | VerdictWrite | AmendmentWrite:
+        """``record``: the entry's record, or why it does not decode; ``in_batch``: the
+        amendments among the entries classified with it, by (origin, amended record id)."""
         entry = authentic.entry
-        try:
-            record = decode_record(decode_envelope(entry.envelope))
-        except EnvelopeError as exc:
+        if isinstance(record, EnvelopeError):
             v = _authenticated_verdict(authentic, record_id="", model="")
-            return self._write(entry, "", unverifiable(v, Reason.BAD_RECORD, str(exc)))
+            return self._write(entry, "", unverifiable(v, Reason.BAD_RECORD, str(record)))
         api = record.api
         v = _authenticated_verdict(authentic, record_id=record.record_id, model=api.model)
+        if record.amends_record_ids:
+            return self._amendment(entry, record, v)
+        note = in_batch.get((entry.origin, record.record_id)) or self._store.amendment_of(
+            entry.origin, record.record_id
+        )
+        if note is not None:
+            return self._write(entry, record.record_id, _amended(v, note))
         if record.quality != _COMPLETE:
             quality = record_pb2.CaptureQuality.Name(record.quality)
             detail = f"{quality}: {record.quality_reason}".rstrip(": ")
@@ -294,22 +325,65 @@ class Pipeline:
         )
 
     def _write(self, entry: StoredEntry, record_id: str, v: verifier_pb2.Verdict) -> VerdictWrite:
+    def _amendment(
+        self, entry: StoredEntry, record: record_pb2.InferenceRecord, v: verifier_pb2.Verdict
+    ) -> AmendmentWrite:
+        """The amendment record's own verdict, and a superseding verdict for each record it
+        names that has one from its origin (one already amended keeps its verdict)."""
+        own = self._write(
+            entry, record.record_id, unverifiable(v, Reason.AMENDMENT, record.quality_reason)
+        )
+        supersedes = []
+        for amended_id in dict.fromkeys(record.amends_record_ids):
+            for stored in self._store.verdicts_for_record(amended_id):
+                if stored.origin != entry.origin or stored.verdict.amended_by_record_id:
+                    continue
+                new = superseding(
+                    stored.signed,
+                    stored.verdict,
+                    amendment_record_id=record.record_id,
+                    amendment_reason=record.quality_reason,
+                )
+                write = self._sign(stored.origin, stored.seq, amended_id, new)
+                supersedes.append(Supersede(stored, write))
+        log.warning(
+            "collector amended records: their verdicts are superseded",
+            extra={
+                "origin": entry.origin,
+                "record_id": record.record_id,
+                "amends_record_ids": list(record.amends_record_ids),
+                "superseded": len(supersedes),
+            },
+        )
+        return AmendmentWrite(
+            own, tuple(record.amends_record_ids), record.quality_reason, tuple(supersedes)
+        )
+
         v.decided_at_ns = self._clock()
+        """Sign ``v`` about ``entry``'s record; a record the collector amended is judged
+        UNVERIFIABLE(record_amended) whatever ``v`` said."""
+        if record_id and not v.amended_by_record_id and v.reason != Reason.AMENDMENT:
+            note = self._store.amendment_of(entry.origin, record_id)
+            if note is not None:
+                v = _amended(v, note)
+        return self._sign(entry.origin, entry.seq, record_id, v)
+
+    def _sign(self, origin: str, seq: int, record_id: str, v: verifier_pb2.Verdict) -> VerdictWrite:
         if v.status == FAIL:
             log.warning(
                 "FAIL verdict: %s",
                 v.reason,
                 extra={
                     "message_id": MessageId.FAIL_VERDICT,
-                    "origin": entry.origin,
-                    "seq": entry.seq,
+                    "origin": origin,
+                    "seq": seq,
                     "record_id": record_id,
                     "commitment_id": v.commitment_id,
                     "reason": v.reason,
                     "score": v.score,
                 },
             )
-        return VerdictWrite(entry.origin, entry.seq, record_id, sign_verdict(v, self._signer), v)
+        return VerdictWrite(origin, seq, record_id, sign_verdict(v, self._signer), v)
 
     # -- scoring ------------------------------------------------------------------------
 
@@ -405,6 +479,9 @@ class Pipeline:
             record = decode_record(decode_envelope(entry.envelope))
             v = self._verdict(entry, record, commitment, settings, item)
             try:
+            if self._store.amendment_of(entry.origin, record.record_id) is not None:
+                done.append((item.key, self._write(entry, record.record_id, v)))
+                continue
                 requests, indices = score_requests(record, commitment, f"{item.origin}/{item.seq}")
             except SamplingNotReproducibleError as exc:
                 v = unverifiable(v, exc.reason, exc.detail)
@@ -592,6 +669,31 @@ class Pipeline:
 
 
 def _authenticated_verdict(
+def _decoded(entry: StoredEntry) -> record_pb2.InferenceRecord | EnvelopeError:
+    try:
+        return decode_record(decode_envelope(entry.envelope))
+    except EnvelopeError as exc:
+        return exc
+
+
+def _amendments_in(
+    decoded: Sequence[tuple[AuthenticEntry, record_pb2.InferenceRecord | EnvelopeError]],
+) -> dict[tuple[str, str], AmendmentNote]:
+    """The amendments among ``decoded``: (origin, amended record id) -> the first one."""
+    out: dict[tuple[str, str], AmendmentNote] = {}
+    for authentic, record in decoded:
+        if isinstance(record, EnvelopeError):
+            continue
+        note = AmendmentNote(record.record_id, authentic.entry.seq, record.quality_reason)
+        for amended_id in record.amends_record_ids:
+            out.setdefault((authentic.entry.origin, amended_id), note)
+    return out
+
+
+def _amended(v: verifier_pb2.Verdict, note: AmendmentNote) -> verifier_pb2.Verdict:
+    return amended(v, amendment_record_id=note.record_id, amendment_reason=note.reason)
+
+
     authentic: AuthenticEntry, *, record_id: str, model: str
 ) -> verifier_pb2.Verdict:
     """The fields of a verdict about an authenticated entry, naming its checkpoint."""

@@ -10,7 +10,9 @@ entries        ekey                                         entry hash (32) ‖ 
 cursors        origin                                       seq (8) ‖ hash (32) ‖ checkpoint
 inbox          ekey                                         (empty): not yet classified
 pending        cid ‖ order (8)                              a packed :class:`PendingItem`
-verdicts       ekey                                         SignedVerdict bytes
+verdicts       ekey                                         SignedVerdict bytes (current)
+history        ekey ‖ decided_at_ns (8)                     a superseded SignedVerdict
+amendments     origin ‖ NUL ‖ amended record id             AmendmentNote JSON
 by_record      record id ‖ NUL ‖ ekey                       (empty)
 by_time        decided_at_ns (8) ‖ ekey                     (empty)
 counters       name                                         u64
@@ -26,6 +28,15 @@ resumes from the cursor and nothing is stored twice or lost. :meth:`classify`
 moves inbox items to ``pending``, to a terminal verdict, or out as tampered (an
 alert, never a verdict); :meth:`finish` writes verdicts and deletes their pending
 items.
+
+Amendments: a collector's amendment record (its bytes of earlier records arrived later
+in another version) leaves the inbox as an :class:`AmendmentWrite`, in one transaction
+with what it changes: its own verdict, an :class:`AmendmentNote` per record it names
+(so that a record judged later, even after a restart, is judged amended:
+:meth:`Store.amendment_of`), and a :class:`Supersede` for each named record that had a
+verdict. Superseding replaces the record's current verdict and keeps the old one, signed
+bytes verbatim, in ``history`` (:meth:`Store.verdict_history`); the verdict hooks see
+the new verdict with the one it superseded (:attr:`StoredVerdict.previous`).
 
 Authenticated before judged: :meth:`Store.inbox` offers only entries that the
 origin's stored checkpoint covers, and none from an origin with an alert in force;
@@ -95,6 +106,8 @@ _DBS = (
     "settings",
     "audit",
     "alerts",
+    "history",
+    "amendments",
 )
 
 
@@ -213,6 +226,54 @@ class StoredVerdict:
     seq: int
     signed: verifier_pb2.SignedVerdict
     verdict: verifier_pb2.Verdict
+    #: The verdict this one superseded (given to verdict hooks and listeners only).
+    previous: verifier_pb2.Verdict | None = None
+
+
+@dataclass(frozen=True)
+class AmendmentNote:
+    """A collector's amendment of one record: the amendment record, where it is in the
+    origin's log, and its reason (which bytes arrived in which versions)."""
+
+    record_id: str
+    seq: int
+    reason: str
+
+    def to_json(self) -> bytes:
+        return json.dumps(asdict(self), sort_keys=True).encode()
+
+    @classmethod
+    def from_json(cls, raw: bytes) -> AmendmentNote:
+        return cls(**json.loads(raw))
+
+
+@dataclass(frozen=True)
+class Supersede:
+    """A new verdict for a record that has one: ``previous`` (the current verdict when it
+    was built) goes to the history. Refused when the record's verdict is no longer it."""
+
+    previous: StoredVerdict
+    write: VerdictWrite
+
+
+@dataclass(frozen=True)
+class AmendmentWrite:
+    """Classification result for an amendment record: its own terminal verdict, the
+    records it amends, and the new verdicts of those already judged."""
+
+    verdict: VerdictWrite
+    amends_record_ids: tuple[str, ...]
+    #: The amendment record's quality_reason (which bytes, which versions).
+    reason: str
+    superseding: tuple[Supersede, ...] = ()
+
+    @property
+    def origin(self) -> str:
+        return self.verdict.origin
+
+    @property
+    def seq(self) -> int:
+        return self.verdict.seq
 
 
 #: Called in the writing transaction with each verdict it puts (Store.add_verdict_hook).
@@ -600,10 +661,10 @@ class Store:
                 found = cur.next()
         return out
 
-    def classify(self, items: Sequence[Enqueue | VerdictWrite | Tampered]) -> None:
+    def classify(self, items: Sequence[Enqueue | VerdictWrite | AmendmentWrite | Tampered]) -> None:
         """Take classified entries out of the inbox: queue them for an engine, store
-        their terminal verdict, or set a tampered one aside with its alert. Items no
-        longer in the inbox are ignored."""
+        their terminal verdict (an amendment's with what it amends), or set a tampered
+        one aside with its alert. Items no longer in the inbox are ignored."""
         now = time.time_ns()
         written: list[StoredVerdict] = []
 
@@ -617,6 +678,9 @@ class Store:
                 self._incr(txn, "inbox", -1)
                 if isinstance(item, Tampered):
                     self._put_tampered(txn, item)
+                    continue
+                if isinstance(item, AmendmentWrite):
+                    written.extend(self._amend(txn, key, item))
                     continue
                 self._index_record(txn, item.record_id, key)
                 if isinstance(item, Enqueue):
@@ -672,13 +736,80 @@ class Store:
         if not txn.put(key, data, overwrite=False, db=self._dbs["verdicts"]):
             log.error("second verdict refused", extra={"origin": item.origin, "seq": item.seq})
             return False
-        txn.put(_U64.pack(item.verdict.decided_at_ns) + key, b"", db=self._dbs["by_time"])
         self._incr(txn, "verdicts", 1)
-        self._incr(txn, f"status:{verifier_pb2.VerdictStatus.Name(item.verdict.status)}", 1)
-        stored = StoredVerdict(item.origin, item.seq, item.signed, item.verdict)
+        self._index_verdict(
+            txn, key, StoredVerdict(item.origin, item.seq, item.signed, item.verdict)
+        )
+        return True
+
+    def _index_verdict(self, txn: lmdb.Transaction, key: bytes, stored: StoredVerdict) -> None:
+        """A verdict just put at ``key``: its time index, its status count, the hooks."""
+        txn.put(_U64.pack(stored.verdict.decided_at_ns) + key, b"", db=self._dbs["by_time"])
+        self._incr(txn, f"status:{verifier_pb2.VerdictStatus.Name(stored.verdict.status)}", 1)
         for hook in self._verdict_hooks:
             hook(txn, stored)
-        return True
+
+    def _amend(
+        self, txn: lmdb.Transaction, key: bytes, item: AmendmentWrite
+    ) -> list[StoredVerdict]:
+        """An amendment record's verdict, its notes and the verdicts it supersedes."""
+        own = item.verdict
+        self._index_record(txn, own.record_id, key)
+        written = []
+        if self._put_verdict(txn, key, own):
+            written.append(StoredVerdict(own.origin, own.seq, own.signed, own.verdict))
+        note = AmendmentNote(own.record_id, own.seq, item.reason).to_json()
+        for amended in item.amends_record_ids:
+            txn.put(
+                _amendment_key(own.origin, amended),
+                note,
+                overwrite=False,
+                db=self._dbs["amendments"],
+            )
+        for superseding in item.superseding:
+            stored = self._supersede(txn, superseding)
+            if stored is not None:
+                written.append(stored)
+        return written
+
+    def _supersede(self, txn: lmdb.Transaction, item: Supersede) -> StoredVerdict | None:
+        write, previous = item.write, item.previous.verdict
+        key = ekey(write.origin, write.seq)
+        raw = txn.get(key, db=self._dbs["verdicts"])
+        if raw is None or verifier_pb2.SignedVerdict.FromString(bytes(raw)) != item.previous.signed:
+            log.error(
+                "verdict to supersede is not the record's current one: left as it is",
+                extra={"origin": write.origin, "seq": write.seq, "record_id": write.record_id},
+            )
+            return None
+        history_key = key + _U64.pack(previous.decided_at_ns)
+        txn.put(history_key, bytes(raw), overwrite=False, db=self._dbs["history"])
+        txn.delete(_U64.pack(previous.decided_at_ns) + key, db=self._dbs["by_time"])
+        self._incr(txn, f"status:{verifier_pb2.VerdictStatus.Name(previous.status)}", -1)
+        txn.put(key, write.signed.SerializeToString(), db=self._dbs["verdicts"])
+        stored = StoredVerdict(write.origin, write.seq, write.signed, write.verdict, previous)
+        self._index_verdict(txn, key, stored)
+        return stored
+
+    def amendment_of(self, origin: str, record_id: str) -> AmendmentNote | None:
+        """The collector's amendment of ``origin``'s record ``record_id``, once one was
+        classified (the first, when there were several)."""
+        with self._read() as txn:
+            raw = txn.get(_amendment_key(origin, record_id), db=self._dbs["amendments"])
+        return None if raw is None else AmendmentNote.from_json(bytes(raw))
+
+    def verdict_history(self, origin: str, seq: int) -> list[StoredVerdict]:
+        """The verdicts of (origin, seq) that later ones superseded, oldest first."""
+        prefix = ekey(origin, seq)
+        out = []
+        with self._read() as txn:
+            cur = txn.cursor(db=self._dbs["history"])
+            if cur.set_range(prefix):
+                for key, value in cur.iternext():
+                    if not bytes(key).startswith(prefix) or len(key) != len(prefix) + 8:
+                        break
+                    out.append(_stored_verdict(origin, seq, bytes(value)))
+        return out
 
     # -- the engine queue ---------------------------------------------------------------
 
@@ -965,6 +1096,10 @@ def _refuse_batch(origin: str, seq: int, entries: Sequence[tuple[int, bytes, byt
         if len(entry_hash) != 32:
             raise StoreError(f"{origin}/{entry_seq}: entry hash must be 32 bytes")
         seq = entry_seq
+
+
+def _amendment_key(origin: str, record_id: str) -> bytes:
+    return origin.encode() + b"\x00" + record_id.encode()
 
 
 def _must(txn: lmdb.Transaction, key: bytes, db: Any) -> bytes:

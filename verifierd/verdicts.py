@@ -8,6 +8,7 @@ key can check a verdict later without trusting the store it came from.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import time
@@ -80,6 +81,14 @@ class Reason(StrEnum):
     TOKENIZATION_SEARCH_EXHAUSTED = "tokenization_search_exhausted"
     #: The committed engine refuses to render the captured request.
     REQUEST_NOT_RENDERED = "request_not_rendered"
+
+    # The collector's amendments (a late copy of bytes already recorded differed).
+    #: The collector later saw the record's bytes in another version (its amendment
+    #: record names it): the client may not have received what the record holds. A
+    #: verdict the record had is superseded by this one and kept in the history.
+    RECORD_AMENDED = "record_amended"
+    #: The record is the collector's amendment of other records, not an exchange.
+    AMENDMENT = "amendment"
 
 
 class VerdictSignatureError(VerifierdError):
@@ -165,3 +174,63 @@ def unverifiable(
     verdict.reason = reason.value
     verdict.detail = detail
     return verdict
+
+
+def amended(
+    verdict: verifier_pb2.Verdict, *, amendment_record_id: str, amendment_reason: str
+) -> verifier_pb2.Verdict:
+    """``verdict`` made UNVERIFIABLE(record_amended): the collector's amendment record
+    ``amendment_record_id`` says the record's bytes arrived in another version too.
+    Nothing scored stays on it (a margin of bytes the client may not have received is no
+    evidence either way)."""
+    for scored in ("score", "token_count", "exact_matches", "out_of_mask", "margins_f16"):
+        verdict.ClearField(scored)
+    verdict.amended_by_record_id = amendment_record_id
+    detail = f"amendment {amendment_record_id}: {amendment_reason}"
+    if verdict.HasField("supersedes"):
+        was = verdict.supersedes
+        said = status_label(was.status) + (f" ({was.reason})" if was.reason else "")
+        detail += f"; supersedes {said} decided at {was.decided_at_ns}"
+    return unverifiable(verdict, Reason.RECORD_AMENDED, detail)
+
+
+def superseding(
+    previous: verifier_pb2.SignedVerdict,
+    verdict: verifier_pb2.Verdict,
+    *,
+    amendment_record_id: str,
+    amendment_reason: str,
+) -> verifier_pb2.Verdict:
+    """The verdict that supersedes ``verdict`` (signed as ``previous``) once the collector
+    amended its record: the same record, entry, commitment and checkpoint,
+    UNVERIFIABLE(record_amended), naming what the superseded verdict said and the SHA-256
+    of its signed bytes (the store keeps those in its history)."""
+    v = base_verdict(
+        origin=verdict.origin,
+        seq=verdict.seq,
+        entry_hash=verdict.entry_hash,
+        record_id=verdict.record_id,
+        model=verdict.model,
+        commitment_id=verdict.commitment_id,
+    )
+    v.sampler_profile, v.engine = verdict.sampler_profile, verdict.engine
+    v.checkpoint_tree_size = verdict.checkpoint_tree_size
+    v.checkpoint_root_hash = verdict.checkpoint_root_hash
+    if verdict.HasField("settings"):
+        v.settings.CopyFrom(verdict.settings)
+    v.supersedes.CopyFrom(
+        verifier_pb2.SupersededVerdict(
+            status=verdict.status,
+            reason=verdict.reason,
+            detail=verdict.detail,
+            score=verdict.score,
+            decided_at_ns=verdict.decided_at_ns,
+            signed_sha256=hashlib.sha256(previous.SerializeToString(deterministic=True)).digest(),
+        )
+    )
+    return amended(v, amendment_record_id=amendment_record_id, amendment_reason=amendment_reason)
+
+
+def status_label(status: verifier_pb2.VerdictStatus.ValueType) -> str:
+    """``PASS`` for VERDICT_STATUS_PASS, and so on."""
+    return verifier_pb2.VerdictStatus.Name(status).removeprefix("VERDICT_STATUS_")

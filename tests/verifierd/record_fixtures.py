@@ -101,10 +101,15 @@ def signed_checkpoint(store: Store, origin: str, signer: Signer = COLLECTOR) -> 
 
 
 def ingest(
-    store: Store, origin: str, exchanges: Sequence[Exchange], *, checkpointed: bool = True
+    store: Store,
+    origin: str,
+    exchanges: Sequence[Exchange | record_pb2.InferenceRecord],
+    *,
+    checkpointed: bool = True,
 ) -> None:
-    """Append the exchanges to ``origin``'s entries in the store, as intake would, then
-    (``checkpointed``) the collector's signed checkpoint covering them."""
+    """Append the exchanges' records (or the records given) to ``origin``'s entries in the
+    store, as intake would, then (``checkpointed``) the collector's signed checkpoint
+    covering them."""
     cursor = store.cursor(origin)
     prev, seq = cursor.hash if cursor.seq else ZERO_HASH, cursor.seq
     batch = []
@@ -116,7 +121,9 @@ def ingest(
             captured_at_ns=1_000 + seq,
             origin=origin,
             key_id=b"kid0",
-            record=make_record(x).SerializeToString(),
+            record=(
+                x if isinstance(x, record_pb2.InferenceRecord) else make_record(x)
+            ).SerializeToString(),
         )
         prev = entry_hash(envelope)
         batch.append((seq, envelope, prev))

@@ -233,6 +233,8 @@ class Verdict(_message.Message):
     CHECKPOINT_TREE_SIZE_FIELD_NUMBER: _builtins.int
     CHECKPOINT_ROOT_HASH_FIELD_NUMBER: _builtins.int
     LOGPROBS_DEVIATION_FIELD_NUMBER: _builtins.int
+    AMENDED_BY_RECORD_ID_FIELD_NUMBER: _builtins.int
+    SUPERSEDES_FIELD_NUMBER: _builtins.int
     record_id: _builtins.str
     origin: _builtins.str
     seq: _builtins.int
@@ -284,6 +286,11 @@ class Verdict(_message.Message):
     choice's stated values from the verifier's (absent: none stated, or not
     compared), judged against settings.logprobs_tolerance.
     """
+    amended_by_record_id: _builtins.str
+    """The collector's amendment record that disputes this record's bytes (reason
+    record_amended): a later copy of them arrived in another version, so the
+    client may not have received what the record holds.
+    """
     @_builtins.property
     def settings(self) -> Global___DifrSettings: ...
     @_builtins.property
@@ -294,6 +301,12 @@ class Verdict(_message.Message):
     def found_token_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
         """The output ids the search found for the scored choice (empty when the
         record's own, checked ids were scored): margins_f16 is aligned with them.
+        """
+
+    @_builtins.property
+    def supersedes(self) -> Global___SupersededVerdict:
+        """The verdict this one superseded, when the record had one before its
+        amendment arrived (the store keeps that signed verdict in its history).
         """
 
     def __init__(
@@ -328,16 +341,55 @@ class Verdict(_message.Message):
         checkpoint_tree_size: _builtins.int = ...,
         checkpoint_root_hash: _builtins.bytes = ...,
         logprobs_deviation: _builtins.float | None = ...,
+        amended_by_record_id: _builtins.str = ...,
+        supersedes: Global___SupersededVerdict | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_logprobs_deviation", b"_logprobs_deviation", "cost", b"cost", "logprobs_deviation", b"logprobs_deviation", "settings", b"settings", "timings", b"timings"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_logprobs_deviation", b"_logprobs_deviation", "cost", b"cost", "logprobs_deviation", b"logprobs_deviation", "settings", b"settings", "supersedes", b"supersedes", "timings", b"timings"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_logprobs_deviation", b"_logprobs_deviation", "attempts", b"attempts", "checkpoint_root_hash", b"checkpoint_root_hash", "checkpoint_tree_size", b"checkpoint_tree_size", "choice_index", b"choice_index", "commitment_id", b"commitment_id", "cost", b"cost", "decided_at_ns", b"decided_at_ns", "detail", b"detail", "engine", b"engine", "engine_version", b"engine_version", "entry_hash", b"entry_hash", "exact_matches", b"exact_matches", "found_token_ids", b"found_token_ids", "logprobs_deviation", b"logprobs_deviation", "margins_f16", b"margins_f16", "model", b"model", "origin", b"origin", "out_of_mask", b"out_of_mask", "reason", b"reason", "record_id", b"record_id", "retokenized", b"retokenized", "sampler_profile", b"sampler_profile", "score", b"score", "seq", b"seq", "settings", b"settings", "status", b"status", "timings", b"timings", "token_count", b"token_count", "tokenization_restarts", b"tokenization_restarts"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_logprobs_deviation", b"_logprobs_deviation", "amended_by_record_id", b"amended_by_record_id", "attempts", b"attempts", "checkpoint_root_hash", b"checkpoint_root_hash", "checkpoint_tree_size", b"checkpoint_tree_size", "choice_index", b"choice_index", "commitment_id", b"commitment_id", "cost", b"cost", "decided_at_ns", b"decided_at_ns", "detail", b"detail", "engine", b"engine", "engine_version", b"engine_version", "entry_hash", b"entry_hash", "exact_matches", b"exact_matches", "found_token_ids", b"found_token_ids", "logprobs_deviation", b"logprobs_deviation", "margins_f16", b"margins_f16", "model", b"model", "origin", b"origin", "out_of_mask", b"out_of_mask", "reason", b"reason", "record_id", b"record_id", "retokenized", b"retokenized", "sampler_profile", b"sampler_profile", "score", b"score", "seq", b"seq", "settings", b"settings", "status", b"status", "supersedes", b"supersedes", "timings", b"timings", "token_count", b"token_count", "tokenization_restarts", b"tokenization_restarts"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__logprobs_deviation: _TypeAlias = _typing.Literal["logprobs_deviation"]  # noqa: Y015
     _WhichOneofArgType__logprobs_deviation: _TypeAlias = _typing.Literal["_logprobs_deviation", b"_logprobs_deviation"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType__logprobs_deviation) -> _WhichOneofReturnType__logprobs_deviation | None: ...
 
 Global___Verdict: _TypeAlias = Verdict  # noqa: Y015
+
+@_typing.final
+class SupersededVerdict(_message.Message):
+    """What a superseded verdict said, as the verdict superseding it names it."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    STATUS_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    DETAIL_FIELD_NUMBER: _builtins.int
+    SCORE_FIELD_NUMBER: _builtins.int
+    DECIDED_AT_NS_FIELD_NUMBER: _builtins.int
+    SIGNED_SHA256_FIELD_NUMBER: _builtins.int
+    status: Global___VerdictStatus.ValueType
+    reason: _builtins.str
+    detail: _builtins.str
+    score: _builtins.float
+    decided_at_ns: _builtins.int
+    signed_sha256: _builtins.bytes
+    """SHA-256 of the superseded SignedVerdict's serialized bytes."""
+    def __init__(
+        self,
+        *,
+        status: Global___VerdictStatus.ValueType = ...,
+        reason: _builtins.str = ...,
+        detail: _builtins.str = ...,
+        score: _builtins.float = ...,
+        decided_at_ns: _builtins.int = ...,
+        signed_sha256: _builtins.bytes = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["decided_at_ns", b"decided_at_ns", "detail", b"detail", "reason", b"reason", "score", b"score", "signed_sha256", b"signed_sha256", "status", b"status"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SupersededVerdict: _TypeAlias = SupersededVerdict  # noqa: Y015
 
 @_typing.final
 class SignedVerdict(_message.Message):
