@@ -35,7 +35,8 @@ raised at the first unit with E >= 1 / (alpha * d), d the day of the update
 that scores it (or at the start of an update whose new day lowers the
 threshold under the evidence already pooled), is checked there. Per token,
 splitting updates never changes when it is raised (within one day); per
-response, one update is one response (the unit: a verdict's choices together).
+response, one update is one response (the unit: a verdict's choices together). A response
+whose verdict is withdrawn stays pooled as one that did not exceed (`withdraw`).
 
 **The bound.** Null hypothesis (an honest prover): there is a rate p* such
 that the calibration's units were independent draws exceeding each level with
@@ -460,6 +461,40 @@ def update(state: SequentialState, margins: npt.ArrayLike, at: float) -> Sequent
         exceedances=exceedances,
         alarm=alarm,
     )
+
+
+def withdraw(state: SequentialState, margins: npt.ArrayLike) -> SequentialState:
+    """``state`` with one response it folded in (``margins`` as `update` got them) counted
+    as a response none of whose units exceeded a level: its units stay pooled, its
+    exceedances go; the alarm, once raised, stays (an admin clears it).
+
+    Used when the collector amends the response's record: the client may not have
+    received the bytes that were scored. Dropping the response's units instead is not
+    sound. E depends on (u, s_k) and a unit that did not exceed lowers it (at fixed p
+    each such factor is <= 1), while which records get amended is decided after they
+    were scored (by the network, a third party or the prover itself): a rule that drops
+    units could drop exactly those that did not exceed and lift an honest prover's E past
+    Ville's bound (drop every clean response and any honest exceedance looks like a rate
+    of 1). Counting the units as not exceeding is sound: at fixed p an exceeding unit's
+    factor r'_j / p >= 1 >= (1 - r'_j) / (1 - p), a non-exceeding one's, so every term of
+    M, now and at every later unit, is at most what it would be had that unit been the
+    honest one, exceeding or not; per response the statistic stays under that of the
+    honest prover's own sequence, which the bound covers. Per token the recorded copy's
+    token count stands in for the honest one's, which whoever injects shorter copies
+    could lower (fewer clean units); each such response is UNVERIFIABLE(record_amended),
+    which the hiding alarm counts. What this gives up: an amended response's exceedances
+    no longer count against the prover (they are about bytes the client may not have
+    received), so a prover that amends its cheats hides them at the price of an
+    UNVERIFIABLE verdict each. Raises SequentialTestError when the response's
+    exceedances are not in ``state``."""
+    test = state.test
+    m = clipped(margins, test.delta_max)
+    above = m[:, None] > np.asarray(test.levels)[None, :]
+    taken = above.sum(axis=0) if test.unit is Unit.TOKEN else above.any(axis=0)
+    left = np.asarray(state.exceedances, dtype=np.int64) - taken.astype(np.int64)
+    if (left < 0).any():
+        raise SequentialTestError("the withdrawn response's exceedances are not in the state")
+    return replace(state, exceedances=tuple(int(n) for n in left))
 
 
 def log_e_value(state: SequentialState) -> float:

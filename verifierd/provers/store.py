@@ -22,6 +22,13 @@ The store calls :meth:`ProverTables._on_verdict` inside the transaction that put
 verdict, so a verdict, its prover's statistics, test state and any alarm it raises are
 committed together or not at all: a crash can neither lose nor double-count one. Alarms
 raised are published to listeners only after that transaction commits.
+
+A verdict that supersedes another (the collector amended the record) first withdraws the
+one it supersedes: out of the tallies of its buckets (those not yet pruned) and of the
+since-first-seen tally, and its response's exceedances out of the sequential test, the
+response staying pooled as one that did not exceed (:func:`sequential.withdraw` says why
+that, and not dropping it, is sound); then it counts like any verdict. An amendment
+record's own verdict (reason ``amendment``) is not a response and counts for nothing.
 """
 
 from __future__ import annotations
@@ -55,6 +62,7 @@ from verifierd.provers.sequential import HonestTails, SequentialState, Sequentia
 from verifierd.provers.tally import Tally, verdict_margins
 from verifierd.provers.windows import Window
 from verifierd.store import Store, StoredVerdict
+from verifierd.verdicts import Reason
 
 log = logging.getLogger(__name__)
 
@@ -193,10 +201,66 @@ class ProverTables:
     def _on_verdict(self, txn: lmdb.Transaction, stored: StoredVerdict) -> None:
         if self._raised_in is not txn:  # a new transaction (or a rerun of a failed one)
             self._raised, self._raised_in = [], txn
+        if stored.verdict.reason == Reason.AMENDMENT:
+            return
         entry = self._store.entry_in(txn, stored.origin, stored.seq)
         envelope = entry.envelope if entry is not None else b""
         prover = prover_of_envelope(stored.origin, envelope)
+        if stored.previous is not None:
+            self._withdraw(txn, prover, stored.previous, stored.verdict.decided_at_ns)
         self._raised += self._count(txn, prover, stored.verdict)
+
+    def _withdraw(
+        self, txn: lmdb.Transaction, prover: ProverKey, previous: verifier_pb2.Verdict, at_ns: int
+    ) -> None:
+        """Take a superseded verdict out of its prover's tallies and test (at ``at_ns``)."""
+        pkey = prover.to_bytes()
+        summary = self._summary(txn, pkey)
+        if summary is None:
+            return
+        tally = Tally.of_verdict(previous)
+        self._subtract(txn, pkey, 0, 0, tally)
+        for window in self._windows:
+            self._subtract(txn, pkey, window.seconds, window.bucket(previous.decided_at_ns), tally)
+        cid = previous.commitment_id
+        stored = summary.tests.get(cid) if tally.tokens and cid else None
+        state = None if stored is None else _current_state(stored)
+        if state is not None and previous.decided_at_ns / 1e9 >= state.started_at:
+            try:
+                state = sequential.withdraw(state, verdict_margins(previous))
+            except sequential.SequentialTestError as exc:
+                log.error(
+                    "superseded verdict not withdrawn from the prover's test",
+                    extra={
+                        "prover": prover.label,
+                        "record_id": previous.record_id,
+                        "error": str(exc),
+                    },
+                )
+            else:
+                summary.tests[cid] = state.to_json()
+                self._put_point(
+                    txn, prover=prover, summary=summary, at_ns=at_ns, state=state, cid=cid
+                )
+        for ring in (summary.drivers.get(cid), summary.hidden.get(previous.reason)):
+            if ring is not None and previous.record_id in ring:
+                ring.remove(previous.record_id)
+        txn.put(pkey, summary.to_json(), db=self._dbs["provers"])
+
+    def _subtract(
+        self, txn: lmdb.Transaction, pkey: bytes, window_s: int, bucket: int, tally: Tally
+    ) -> None:
+        """Withdraw ``tally`` from a bucket; nothing when the bucket was pruned."""
+        key = pkey + _U32.pack(window_s) + _U64.pack(bucket)
+        db = self._dbs["prover_tallies"]
+        raw = txn.get(key, db=db)
+        if raw is None:
+            return
+        less = Tally.from_json(bytes(raw)).without(tally)
+        if less is None:
+            log.error("superseded verdict not in its bucket's tally", extra={"window_s": window_s})
+            return
+        txn.put(key, less.to_json(), db=db)
 
     def _count(
         self, txn: lmdb.Transaction, prover: ProverKey, verdict: verifier_pb2.Verdict

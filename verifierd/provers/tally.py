@@ -53,6 +53,25 @@ class Tally:
             self.inexact + other.inexact,
         )
 
+    def without(self, other: Tally) -> Tally | None:
+        """This tally less ``other`` (a verdict counted in it, now withdrawn); None when
+        ``other``'s verdicts are not all counted here."""
+        counts = dict(self.counts)
+        for key, n in other.counts.items():
+            left = counts.get(key, 0) - n
+            if left < 0:
+                return None
+            if left:
+                counts[key] = left
+            else:
+                counts.pop(key, None)
+        return Tally(
+            counts,
+            self.tokens - other.tokens,
+            self.margin_sum - other.margin_sum,
+            self.inexact - other.inexact,
+        )
+
     @classmethod
     def total(cls, tallies: Iterable[Tally]) -> Tally:
         out = cls()
