@@ -409,9 +409,7 @@ class EngineBackend:
             finding = None if res is None else res.finding
             logprobs = None
             if finding is None and r.evidence is not None:
-                checked = check_logprobs(
-                    r.evidence, output, pass_rows.get(i, ()), self._llm.get_tokenizer()
-                )
+                checked = check_logprobs(r, output, pass_rows.get(i, ()), self._llm.get_tokenizer())
                 if isinstance(checked, Finding):
                     finding = checked
                 else:
@@ -460,10 +458,7 @@ class EngineBackend:
             for p in passes
         ]
         sequences = [(*p.prompt, *p.output) for p in passes]
-        logprobs = [
-            logprobs_spec(requests[p.index].evidence, requests[p.index].logprobs_mode)
-            for p in passes
-        ]
+        logprobs = [logprobs_spec(requests[p.index]) for p in passes]
         self.engine_calls += 1
         self.passes += len(passes)
         self.rows_scored += sum(len(p.output) - p.score_from + p.lookahead for p in passes)

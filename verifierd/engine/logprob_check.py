@@ -6,6 +6,9 @@ output position's values are taken from the last pass whose sequence agrees
 with the final output up to and including that position, so each value is
 conditioned on exactly the prefix the prover's sampler saw. Token names are
 vLLM's own (``convert_ids_list_to_tokens``, what its server puts in ``token``).
+The values are the committed ``--logprobs-mode``'s, derived from the recorded
+rows (`verifierd.engine.logprobs_modes`); where the mode cannot be replayed for
+the request, only the claim's shape is checked.
 """
 
 from __future__ import annotations
@@ -13,14 +16,15 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Protocol
 
+from verifierd.difr import SamplingSettings
 from verifierd.engine.logprob_rows import LogprobRows, LogprobsSpec
+from verifierd.engine.logprobs_modes import ModeReplay, mode_replay
 from verifierd.evidence.claims import Finding, first_difference
 from verifierd.evidence.client_view import CHAT, ChoiceEvidence
 from verifierd.evidence.logprobs import (
     MAX_TOP,
-    REPLAYED_MODES,
     LogprobsComparison,
     RankedToken,
     ShapeMismatch,
@@ -30,10 +34,24 @@ from verifierd.evidence.logprobs import (
     top_count,
     verified_name,
 )
+from verifierd.logit_adjustments import LogitAdjustments
 from verifierd.verdicts import Reason
 
 #: A pass's output ids and the rows it recorded.
 PassRows = tuple[tuple[int, ...], LogprobRows]
+
+
+class ScoredChoice(Protocol):
+    """What a scoring request says about its choice (verifierd.engine.backend.ScoreRequest)."""
+
+    @property
+    def evidence(self) -> ChoiceEvidence | None: ...
+    @property
+    def sampling(self) -> SamplingSettings: ...
+    @property
+    def adjustments(self) -> LogitAdjustments: ...
+    @property
+    def logprobs_mode(self) -> str: ...
 
 
 def _requested_top(evidence: ChoiceEvidence) -> int:
@@ -41,30 +59,44 @@ def _requested_top(evidence: ChoiceEvidence) -> int:
     return top_count(request if isinstance(request, dict) else {}, evidence.dialect == CHAT)
 
 
-def logprobs_spec(evidence: ChoiceEvidence | None, mode: str) -> LogprobsSpec | None:
-    """What a scoring pass of this choice records: None when the response states no
-    logprobs or the committed mode is not replayed."""
-    if evidence is None or evidence.claimed_logprobs is None or mode not in REPLAYED_MODES:
+def _replay(choice: ScoredChoice) -> ModeReplay | None:
+    evidence = choice.evidence
+    if evidence is None or evidence.claimed_logprobs is None:
         return None
-    # The verifier's top must reach one past the claim's: the sampled token may sit outside.
-    return LogprobsSpec(min(MAX_TOP, _requested_top(evidence)) + 1, mode)
+    requested = min(MAX_TOP, _requested_top(evidence))
+    return mode_replay(choice.logprobs_mode, choice.sampling, choice.adjustments, requested)
+
+
+def logprobs_spec(choice: ScoredChoice) -> LogprobsSpec | None:
+    """What a scoring pass of this choice records: None when the response states no
+    logprobs or the committed mode cannot be replayed for it."""
+    replay = _replay(choice)
+    return None if replay is None else replay.spec()
 
 
 def check_logprobs(
-    evidence: ChoiceEvidence,
+    choice: ScoredChoice,
     output: Sequence[int],
     passes: Sequence[PassRows],
     tokenizer: Any,
 ) -> LogprobsComparison | Finding | None:
     """The comparison of the choice's claim with the verifier's values; only its shape
-    where no rows cover the output (a mode that is not replayed): then None when it holds."""
-    claim = evidence.claimed_logprobs
-    if claim is None:
+    where the rows do not give them (a mode not replayed for the request, an output
+    position no pass covered): then None when it holds."""
+    evidence = choice.evidence
+    claim = None if evidence is None else evidence.claimed_logprobs
+    if evidence is None or claim is None:
         return None
     from vllm.tokenizers.detokenizer_utils import convert_ids_list_to_tokens
 
     chat, requested = evidence.dialect == CHAT, _requested_top(evidence)
-    found = _rows_by_position(output, passes)
+    replay = _replay(choice)
+    derived = [] if replay is None else [(o, replay.derive(rows)) for o, rows in passes]
+    found = (
+        None
+        if any(rows is None for _, rows in derived)
+        else _rows_by_position(output, [(o, rows) for o, rows in derived if rows is not None])
+    )
     if found is None:
         output_names = convert_ids_list_to_tokens(tokenizer, list(output))
         shape = check_shape(

