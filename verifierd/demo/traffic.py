@@ -6,13 +6,15 @@ ids are then a claim the verifier checks) and half as real clients do, without
 (the verifier finds the ids from the text), and multi-turn (the second turn
 carries the first reply), so the captured records exercise every path of the
 collector and verifier. The calibration traffic is of the same kind with other
-questions and seeds. One request per prover is deliberately unseeded at T > 0:
+questions and seeds, and some of it asks for logprobs (``top_logprobs`` 0 and 3,
+streamed and not) so that calibration measures the logprobs tolerance on honest
+values too. One request per prover is deliberately unseeded at T > 0:
 the verifier must mark it UNVERIFIABLE(no_seed) rather than guess.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from openai import APIStatusError, AsyncOpenAI
@@ -40,6 +42,8 @@ class ChatRequest:
     top_k: int | None = None
     #: Ask for vLLM's `return_token_ids` extension (real clients do not).
     token_ids: bool = True
+    #: Ask for ``logprobs`` with this many ``top_logprobs`` (None: no logprobs).
+    top_logprobs: int | None = None
 
     def body(self, model: str) -> dict[str, Any]:
         body: dict[str, Any] = {
@@ -56,6 +60,8 @@ class ChatRequest:
             body["seed"] = self.seed
         if self.top_k is not None:
             body["top_k"] = self.top_k
+        if self.top_logprobs is not None:
+            body["logprobs"], body["top_logprobs"] = True, self.top_logprobs
         if self.stream:
             body["stream_options"] = {"include_usage": True}
         return body
@@ -107,15 +113,26 @@ def first_turns(
     return requests
 
 
+#: What calibration request i asks for (``top_logprobs``) by i modulo 3: its cycle
+#: is out of step with the sampling settings', so both streamed and plain, greedy and
+#: sampled requests state logprobs.
+_CALIBRATION_LOGPROBS = (None, 3, 0)
+
+
 def calibration_turns(count: int, *, max_tokens: int, seed_base: int) -> list[ChatRequest]:
     """Seeded requests for calibration: the judged traffic's sampling settings, other
-    questions and seeds, so the threshold is not fitted to the very responses it judges."""
-    return first_turns(
+    questions and seeds, so the threshold is not fitted to the very responses it judges;
+    two in three ask for logprobs, so the logprobs tolerance is measured on them."""
+    turns = first_turns(
         count,
         max_tokens=max_tokens,
         seed_base=seed_base,
         question="Describe {topic} to a new colleague.",
     )
+    return [
+        replace(turn, top_logprobs=_CALIBRATION_LOGPROBS[i % len(_CALIBRATION_LOGPROBS)])
+        for i, turn in enumerate(turns)
+    ]
 
 
 def second_turn(first: Exchange) -> ChatRequest:
@@ -181,4 +198,6 @@ _SDK_PARAMS = (
     "stream",
     "seed",
     "stream_options",
+    "logprobs",
+    "top_logprobs",
 )
