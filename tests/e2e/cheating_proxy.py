@@ -13,6 +13,7 @@ from __future__ import annotations
 import http.client
 import json
 import threading
+from collections.abc import Callable
 from enum import StrEnum
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -28,6 +29,9 @@ EDIT = " (edited)"
 ARGUMENT_EDIT = ("Paris", "Rome")
 #: Nats the proxy takes off every logprob the server states.
 LOGPROBS_SHIFT = 0.5
+#: The factor the proxy multiplies every stated logprob by: the values of a flatter
+#: distribution over the same ranking, as another model agreeing on every token states.
+LOGPROBS_SCALE = 0.9
 
 
 class Cheat(StrEnum):
@@ -58,6 +62,9 @@ class Cheat(StrEnum):
     #: Every stated logprob (the sampled token's and the top ones) lowered by
     #: LOGPROBS_SHIFT: the tokens and their order are the server's.
     SHIFTED_LOGPROBS = "shifted-logprobs"
+    #: Every stated logprob multiplied by LOGPROBS_SCALE: the sampled token, the top
+    #: token and the rank order are the server's, only the values another model's.
+    RESCALED_LOGPROBS = "rescaled-logprobs"
 
 
 def cheat_request(cheat: Cheat | None, body: dict[str, Any]) -> dict[str, Any]:
@@ -89,7 +96,9 @@ def cheat_answer(cheat: Cheat | None, answer: dict[str, Any], n: int) -> dict[st
         elif cheat is Cheat.EDITED_TOOL_ARGUMENTS:
             _edit_arguments(choice.get("message") or choice.get("delta") or {})
         elif cheat is Cheat.SHIFTED_LOGPROBS and choice.get("logprobs"):
-            _shift_logprobs(choice["logprobs"])
+            _restate_logprobs(choice["logprobs"], lambda v: v - LOGPROBS_SHIFT)
+        elif cheat is Cheat.RESCALED_LOGPROBS and choice.get("logprobs"):
+            _restate_logprobs(choice["logprobs"], lambda v: v * LOGPROBS_SCALE)
         elif cheat is Cheat.UNASKED_IDS:
             if "message" in choice:
                 choice["message"]["content"] = (choice["message"]["content"] or "") + EDIT
@@ -127,17 +136,18 @@ def _finished_not_cut(answer: dict[str, Any]) -> None:
         answer["usage"]["output_tokens"] += 1
 
 
-def _shift_logprobs(logprobs: dict[str, Any]) -> None:
-    """Lower every value of a chat (``content``) or completions logprobs object."""
+def _restate_logprobs(logprobs: dict[str, Any], restate: Callable[[float], float]) -> None:
+    """Every value of a chat (``content``) or completions logprobs object restated.
+    ``restate`` is monotonic, so equal values stay equal and the order stays."""
     for entry in logprobs.get("content") or []:
-        entry["logprob"] -= LOGPROBS_SHIFT
+        entry["logprob"] = restate(entry["logprob"])
         for top in entry.get("top_logprobs") or []:
-            top["logprob"] -= LOGPROBS_SHIFT
+            top["logprob"] = restate(top["logprob"])
     values = logprobs.get("token_logprobs") or []
-    logprobs["token_logprobs"] = [v if v is None else v - LOGPROBS_SHIFT for v in values]
+    logprobs["token_logprobs"] = [v if v is None else restate(v) for v in values]
     for top in logprobs.get("top_logprobs") or []:
         for token in top or {}:
-            top[token] -= LOGPROBS_SHIFT
+            top[token] = restate(top[token])
 
 
 def cheat_event(cheat: Cheat | None, line: bytes, n: int) -> bytes:
