@@ -34,7 +34,14 @@ responses known to be honest, recomputed on the verifier's engine. Output:
   place, 2^-3 for a bfloat16 logit of magnitude 16-32 (2^-6 in float16), and a
   logprob inherits the rounding of its logit and of the normaliser: the floor
   allows two such units (bfloat16 0.25 nats, float16 2^-5), so another model's
-  values (off by whole nats) or a shift of 0.5 nats still fail.
+  values (off by whole nats: 10 or more between the two tiny models) or a shift
+  of 0.5 nats still fail. The hard case, another model's flatter values over the
+  same ranking (every value times 0.9), deviates by a tenth of the lowest listed
+  value, a few nats below 0 in a top-3 list: only a response whose every listed
+  value is within 0.01 nats of 0 hides it under the float32 floor, and its values
+  then state nothing its tokens do not. The processed modes are derived from the
+  same float32 rows by a float32 division (exact) or a normaliser over the kept
+  entries (within 1e-6 of vLLM's), so the same floors hold for them.
 
 The empirical false-positive rate of the chosen settings on the sample is
 reported with the resolution the sample size allows, and the honest tokens
