@@ -68,7 +68,7 @@ def test_derived_values_are_vllms(mode: str, sampling: SamplingSettings) -> None
     expected = mode_values(LOGITS, mode, sampling).clamp(min=-9999.0)
     derived = _derived(mode, sampling)
     exact = mode.endswith("logits")  # a float32 division, as vLLM does it
-    tolerance = 0.0 if exact else 1e-5
+    tolerance = 0.0 if exact else 1e-6
     top = torch.topk(expected, TOP + 1)
     got = np.maximum(derived.top_values[:, : TOP + 1], -9999.0)
     assert np.abs(got - top.values.numpy()).max() <= tolerance
