@@ -111,6 +111,19 @@ def logprobs_line(verdict: verifier_pb2.Verdict) -> str:
     return f"largest deviation {deviation:.3g} {relation} tolerance {tolerance:g}"
 
 
+def superseded_line(verdict: verifier_pb2.Verdict) -> str:
+    """What the verdict a record_amended one superseded said: status, reason, score, when,
+    and the start of the SHA-256 of its signed bytes (kept in the verifier's history)."""
+    was = verdict.supersedes
+    said = status_name(was.status) + (f" ({was.reason})" if was.reason else "")
+    if was.status in (verifier_pb2.VERDICT_STATUS_PASS, verifier_pb2.VERDICT_STATUS_FAIL):
+        said += f" {was.score:.3f}"
+    return (
+        f"{said}, decided {utc_time(was.decided_at_ns)} UTC, signed verdict sha256 "
+        f"{was.signed_sha256.hex()[:16]}"
+    )
+
+
 def settings_line(settings: verifier_pb2.DifrSettings) -> str:
     return (
         f"threshold {settings.threshold:g}  Δmax {settings.delta_max:g}  "

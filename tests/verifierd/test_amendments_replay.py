@@ -13,10 +13,12 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+import grpc
 import pytest
 from veritap.envelope import decode_envelope, decode_record
 from veritap.signing import Signer
-from veritap.v1 import verifier_pb2
+from veritap.tls import channel_credentials
+from veritap.v1 import verifier_pb2, verifier_pb2_grpc
 
 from collector.cli import main as collector_main
 from collector.log import Log
@@ -24,9 +26,11 @@ from tests.collector.test_evasion_replay import _late_copy_of_a_written_answer
 from tests.ledger_fixtures import ORIGIN
 from tests.pcapgen import frame, write_frames
 from tests.polling import wait_for
+from tests.service_pki import ADMIN_CN, write_service_pki
 from tests.verifierd.commitment_fixtures import commit, make_model_dir
 from tests.verifierd.engine_doubles import FACTORY
 from tests.verifierd.test_intake import Pair
+from verifierd.api import ServiceSettings, start_verifier_service
 from verifierd.commitments import CommitmentRegistry, DifrSettings, write_commitment
 from verifierd.config import Config, EnginesConfig, SchedulerConfig
 from verifierd.engine.pool import EnginePool
@@ -178,8 +182,33 @@ async def test_a_passed_record_is_superseded_when_its_amendment_arrives_after_a_
             PASS,
         )
         assert prover_counts(verifierd) == {(PASS, ""): 1, (UNVERIFIABLE, "record_amended"): 1}
+        await verdict_api_shows_the_superseded_pass(verifierd, tmp_path, first, passed)
     finally:
         verifierd.close()
+
+
+async def verdict_api_shows_the_superseded_pass(
+    verifierd: Verifierd, tmp_path: Path, first: str, passed: StoredVerdict
+) -> None:
+    """GetVerdict and ListVerdicts, from the VerifierService over the store."""
+    pki = write_service_pki(tmp_path / "pki")
+    settings = ServiceSettings(
+        listen="127.0.0.1:0", tls=pki.server_tls(), admin_subjects=frozenset({ADMIN_CN})
+    )
+    server = await start_verifier_service(verifierd.store, verifierd.pipeline.registry, settings)
+    creds = channel_credentials(pki.client_tls(pki.operator))
+    try:
+        async with grpc.aio.secure_channel(f"localhost:{server.port}", creds) as channel:
+            stub = verifier_pb2_grpc.VerifierServiceStub(channel)
+            got = await stub.GetVerdict(verifier_pb2.GetVerdictRequest(record_id=first))
+            assert (got.verdict.reason, got.verdict.supersedes.status) == ("record_amended", PASS)
+            assert list(got.superseded) == [passed.signed]
+            listed = await stub.ListVerdicts(verifier_pb2.ListVerdictsRequest(page_size=10))
+            mine = [v for v in listed.verdicts if v.record_id == first]
+            assert [(v.reason, v.supersedes.status) for v in mine] == [("record_amended", PASS)]
+            assert len(listed.verdicts) == 3
+    finally:
+        await server.stop(0)
 
 
 async def test_a_record_whose_amendment_was_seen_first_is_judged_amended_after_a_restart(

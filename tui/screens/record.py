@@ -133,6 +133,10 @@ def _evidence(detail: RecordDetail) -> Table:
         ("decided", formats.utc_time(verdict.decided_at_ns) + " UTC"),
         ("signed by", detail.key_id.hex() if detail.key_id else "— (not decided yet)"),
     ]
+    if verdict.amended_by_record_id:
+        rows.append(("amended by", verdict.amended_by_record_id))
+    if verdict.HasField("supersedes"):
+        rows.append(("supersedes", formats.superseded_line(verdict)))
     for name, value in rows:
         table.add_row(name, formats.shown(value))
     return table

@@ -108,7 +108,14 @@ class VerifierServicer(verifier_pb2_grpc.VerifierServiceServicer):
     ) -> verifier_pb2.GetVerdictResponse:
         stored = await self._stored_verdict(request.record_id, request.origin, context)
         if stored is not None:
-            return verifier_pb2.GetVerdictResponse(signed=stored.signed, verdict=stored.verdict)
+            history = await asyncio.to_thread(
+                self._store.verdict_history, stored.origin, stored.seq
+            )
+            return verifier_pb2.GetVerdictResponse(
+                signed=stored.signed,
+                verdict=stored.verdict,
+                superseded=[earlier.signed for earlier in history],
+            )
         origin, seq = await self._pending_location(request.record_id, request.origin, context)
         return verifier_pb2.GetVerdictResponse(
             verdict=_pending_verdict(request.record_id, origin, seq)

@@ -452,19 +452,27 @@ class GetVerdictResponse(_message.Message):
 
     SIGNED_FIELD_NUMBER: _builtins.int
     VERDICT_FIELD_NUMBER: _builtins.int
+    SUPERSEDED_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def signed(self) -> Global___SignedVerdict: ...
     @_builtins.property
     def verdict(self) -> Global___Verdict: ...
+    @_builtins.property
+    def superseded(self) -> _containers.RepeatedCompositeFieldContainer[Global___SignedVerdict]:
+        """The record's earlier verdicts that this one superseded (the collector
+        amended the record), oldest first, each as it was signed.
+        """
+
     def __init__(
         self,
         *,
         signed: Global___SignedVerdict | None = ...,
         verdict: Global___Verdict | None = ...,
+        superseded: _abc.Iterable[Global___SignedVerdict] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["signed", b"signed", "verdict", b"verdict"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["signed", b"signed", "verdict", b"verdict"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["signed", b"signed", "superseded", b"superseded", "verdict", b"verdict"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
