@@ -295,6 +295,7 @@ class Pipeline:
                 get_profile(commitment.sampler_profile),
                 structured_outputs=commitment.structured_outputs,
                 request_json=_request_json(record),
+                serving=commitment.serving,
             )
         except SamplingNotReproducibleError as exc:
             return self._write(entry, record.record_id, unverifiable(v, exc.reason, exc.detail))
@@ -726,6 +727,7 @@ def score_requests(
         get_profile(commitment.sampler_profile),
         structured_outputs=commitment.structured_outputs,
         request_json=_request_json(record),
+        serving=commitment.serving,
     )
     evidence = choice_evidence(record, commitment.serving)
     indices = tuple(c.index for c in sorted(api.choices, key=lambda c: c.index))

@@ -18,11 +18,15 @@ A structured output (``response_format`` json_object / json_schema,
 body when there is one (a JSON schema's key order is its properties' order in
 the grammar); the engine rebuilds its grammar mask with the commitment's
 backend. One the commitment cannot replay (no backend committed, structural
-tags, another backend) is ``sampler_not_reproducible``.
+tags, another backend) is ``sampler_not_reproducible``. ``tool_choice``
+"required" or a named tool, which vLLM's tool parser constrains with a
+structural tag of the tools, is rebuilt from the request (its raw body when
+kept) with the committed server flags
+(`verifierd.structured_outputs.tool_choice_params`).
 
 Every other request parameter is checked against an allowlist: a field this
 module does not know to be harmless, set to anything but its neutral value
-(tool_choice "required", beam search, custom logits processors through
+(beam search, custom logits processors through
 ``vllm_xargs``, thinking budgets, watermarking, ...), makes the record
 ``sampler_not_reproducible`` instead of risking a FAIL of honest traffic.
 """
@@ -42,10 +46,12 @@ from verifierd.difr import DifrError, SamplingSettings, reproducibility_problem
 from verifierd.errors import VerifierdError
 from verifierd.logit_adjustments import LogitAdjustmentError, LogitAdjustments
 from verifierd.samplers import SamplerProfile
+from verifierd.serving_flags import ServingFlags
 from verifierd.structured_outputs import (
     StructuredOutput,
     StructuredOutputError,
     StructuredOutputsEngine,
+    forces_tool_call,
     structured_output,
 )
 from verifierd.verdicts import Reason
@@ -163,6 +169,7 @@ def request_sampling(
     *,
     structured_outputs: StructuredOutputsEngine | None = None,
     request_json: str | None = None,
+    serving: ServingFlags | None = None,
 ) -> SamplingSettings:
     """The SamplingSettings the prover applied to a request (choice i of an n-choice
     request: ``.for_choice(i, n)``), or SamplingNotReproducibleError saying why not
@@ -173,6 +180,7 @@ def request_sampling(
         profile,
         structured_outputs=structured_outputs,
         request_json=request_json,
+        serving=serving,
     )
     return replay.settings
 
@@ -184,14 +192,16 @@ def request_replay(
     *,
     structured_outputs: StructuredOutputsEngine | None = None,
     request_json: str | None = None,
+    serving: ServingFlags | None = None,
 ) -> RequestReplay:
     """The settings and logit adjustments the prover applied to a request (the same
     for every choice), or SamplingNotReproducibleError saying why they cannot be replayed.
 
     ``structured_outputs`` is the commitment's setting; ``request_json`` the raw
-    request body (None when the record did not keep it)."""
+    request body (None when the record did not keep it); ``serving`` the committed
+    server flags (None: vLLM's defaults)."""
     params = _check_params(sampling.params_json)
-    constraint = _structured_output(params, structured_outputs, request_json)
+    constraint = _structured_output(params, structured_outputs, request_json, serving)
 
     def pick(field: _FloatField, default: float) -> float:
         if sampling.HasField(field):
@@ -262,16 +272,10 @@ def _check_params(params_json: str) -> dict[str, Any]:
             continue
         if value in (None, False, "", [], {}):
             continue
-        if value in _NEUTRAL.get(key, ()):
+        if value in _NEUTRAL.get(key, ()) or (key == "tool_choice" and forces_tool_call(params)):
             continue
         if key == "use_beam_search":
             detail = "beam search is not sampling"
-        elif key == "tool_choice":
-            # vLLM's tool parser adds it in adjust_request (Parser._apply_structural_tag).
-            detail = (
-                f"tool_choice {json.dumps(value)[:80]} makes vLLM constrain the output with "
-                "a structural-tag grammar of the tools' JSON schemas, which is not replayed"
-            )
         else:
             detail = f"request parameter {key}={json.dumps(value)[:80]} changes what is sampled"
         raise SamplingNotReproducibleError(Reason.SAMPLER_NOT_REPRODUCIBLE, detail)
@@ -282,9 +286,11 @@ def _structured_output(
     params: Mapping[str, Any],
     engine: StructuredOutputsEngine | None,
     request_json: str | None,
+    serving: ServingFlags | None,
 ) -> StructuredOutput | None:
     """The request's grammar constraint, read in the raw body's key order."""
-    if not any(params.get(key) is not None for key in _STRUCTURED):
+    forced = forces_tool_call(params)
+    if not forced and not any(params.get(key) is not None for key in _STRUCTURED):
         return None
     request: Any = params
     if request_json is not None:
@@ -295,7 +301,7 @@ def _structured_output(
         if not isinstance(request, dict):
             raise _refuse("the request body is not a JSON object")
     try:
-        constraint = structured_output(request, engine)
+        constraint = structured_output(request, engine, serving)
     except StructuredOutputError as exc:
         raise _refuse(str(exc)) from exc
     if (

