@@ -6,9 +6,11 @@ reasons, says a sentence and calls ``get_weather`` for Paris) with
 --tool-call-parser hermes`` and ``--reasoning-parser deepseek_r1``; the commitment
 carries the same flags. Honest requests with ``tools`` (``tool_choice`` auto,
 streamed and not, with and without ``return_token_ids``) and without them PASS;
-``tool_choice`` required is UNVERIFIABLE (vLLM constrains it with a
-structural-tag grammar the verifier does not replay); a proxy that edits the tool
-call's arguments FAILs. Needs root for the live capture.
+``tool_choice`` required and named (vLLM's Hermes parser constrains them with a
+structural tag of the tools, applied after the reasoning: the verifier rebuilds
+it from the captured request and scores within it), streamed and not, PASS too;
+a proxy that edits the tool call's arguments FAILs, in every mode. Needs root
+for the live capture.
 """
 
 from __future__ import annotations
@@ -52,6 +54,7 @@ ASK: list[ChatCompletionMessageParam] = [
     {"role": "user", "content": "What is the weather in Paris?"}
 ]
 IDS = {"return_token_ids": True}
+NAMED = {"type": "function", "function": {"name": "get_weather"}}
 
 
 @pytest.fixture(scope="module")
@@ -112,17 +115,32 @@ def test_honest_tool_calls_and_reasoning_pass(pipeline: LivePipeline) -> None:
             {"role": "tool", "tool_call_id": call.id, "content": "Sunny, 21 C."},
         ]
         _ask(client, "tool-result", messages=two_turn, tools=TOOLS, seed=5)
-        _ask(client, "required", tools=TOOLS, tool_choice="required", seed=6)
+        forced = _ask(client, "required", tools=TOOLS, tool_choice="required", seed=6)
+        # The grammar lets the reasoning through, then allows nothing but the call.
+        message = forced.choices[0].message
+        assert (message.model_extra or {}).get("reasoning") == "The user asks about the weather."
+        assert not message.content
+        [call] = message.tool_calls or []
+        assert (call.function.name, call.function.arguments) == ("get_weather", '{"city": "Paris"}')
+        _ask(client, "required+ids", tools=TOOLS, tool_choice="required", seed=8, extra_body=IDS)
+        stream = _ask(
+            client, "required-stream", tools=TOOLS, tool_choice="required", seed=9, stream=True
+        )
+        assert _streamed_arguments(stream) == '{"city": "Paris"}'
+        _ask(client, "named", tools=TOOLS, tool_choice=NAMED, seed=10)
+        stream = _ask(client, "named-stream", tools=TOOLS, tool_choice=NAMED, seed=14, stream=True)
+        assert _streamed_arguments(stream) == '{"city": "Paris"}'
     honest = ["auto", "auto+ids", "auto-stream", "auto-stream+ids", "reasoning-only"]
-    judged = pipeline.wait_for([*honest, "tool-result", "required"])
+    forced_names = ["required", "required+ids", "required-stream", "named", "named-stream"]
+    judged = pipeline.wait_for([*honest, "tool-result", *forced_names])
     assert {n: (judged[n].status, judged[n].detail) for n in honest} == {
         n: ("PASS", "") for n in honest
     }
     assert judged["tool-result"].status == "PASS", judged["tool-result"].detail
     assert {n: judged[n].retokenized for n in honest} == {n: not n.endswith("+ids") for n in honest}
-    forced = judged["required"]
-    assert (forced.status, forced.reason) == ("UNVERIFIABLE", "sampler_not_reproducible")
-    assert "structural-tag grammar" in forced.detail
+    assert {n: (judged[n].status, judged[n].detail) for n in forced_names} == {
+        n: ("PASS", "") for n in forced_names
+    }
 
 
 def test_edited_tool_arguments_fail(pipeline: LivePipeline) -> None:
@@ -134,13 +152,38 @@ def test_edited_tool_arguments_fail(pipeline: LivePipeline) -> None:
         _ask(client, "edited+ids", cheat=cheat, tools=TOOLS, seed=12, extra_body=IDS)
         stream = _ask(client, "edited-stream", cheat=cheat, tools=TOOLS, seed=13, stream=True)
         assert _streamed_arguments(stream) == '{"city": "Rome"}'
-    judged = pipeline.wait_for(["edited", "edited+ids", "edited-stream"])
+        _ask(client, "edited-required", cheat=cheat, tools=TOOLS, tool_choice="required", seed=15)
+        stream = _ask(
+            client,
+            "edited-named-stream",
+            cheat=cheat,
+            tools=TOOLS,
+            tool_choice=NAMED,
+            seed=16,
+            stream=True,
+        )
+        assert _streamed_arguments(stream) == '{"city": "Rome"}'
+        _ask(
+            client,
+            "edited-named+ids",
+            cheat=cheat,
+            tools=TOOLS,
+            tool_choice=NAMED,
+            seed=17,
+            extra_body=IDS,
+        )
+    names = ["edited", "edited+ids", "edited-stream"]
+    names += ["edited-required", "edited-named-stream", "edited-named+ids"]
+    judged = pipeline.wait_for(names)
     # Without ids the raw output with Rome is scored (its tokens also disagree with a
     # usage the proxy left alone); with ids they spell Paris.
     reasons = {
         "edited": {"score_over_threshold", "usage_mismatch"},
         "edited+ids": {"token_text_mismatch"},
         "edited-stream": {"score_over_threshold", "usage_mismatch"},
+        "edited-required": {"score_over_threshold", "usage_mismatch"},
+        "edited-named-stream": {"score_over_threshold", "usage_mismatch"},
+        "edited-named+ids": {"token_text_mismatch"},
     }
     unexpected = {
         n: (j.status, j.reason, j.detail)
