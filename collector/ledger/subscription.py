@@ -98,9 +98,13 @@ def check_start(log: Log, start: ledger_pb2.SubscribeStart) -> None:
         )
 
 
-def _model_of(envelope: bytes) -> str:
+def _wanted(envelope: bytes, models: frozenset[str]) -> bool:
+    """Whether a subscriber filtering by ``models`` gets the entry's bytes: a record of
+    one of them, or an amendment (it has no model, and it changes the verdicts of records
+    the subscriber judged)."""
     entry = log_pb2.Entry.FromString(envelope)
-    return record_pb2.InferenceRecord.FromString(entry.record).api.model
+    record = record_pb2.InferenceRecord.FromString(entry.record)
+    return record.api.model in models or bool(record.amends_record_ids)
 
 
 class Subscription:
@@ -223,7 +227,7 @@ class Subscription:
         checkpoints = {cp.tree_size: cp for cp in self._log.checkpoints_between(first, last)}
         bodies: list[bytes | None] = [self._sendable(first + i, e) for i, e in enumerate(envelopes)]
         if self._models:
-            bodies = [b if b is not None and _model_of(b) in self._models else None for b in bodies]
+            bodies = [b if b is not None and _wanted(b, self._models) else None for b in bodies]
         sizes = [_FILTERED_SIZE if b is None else len(b) + _ENTRY_OVERHEAD for b in bodies]
         for batch in plan_batches(
             first,
