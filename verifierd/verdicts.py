@@ -183,8 +183,9 @@ def amended(
     ``amendment_record_id`` says the record's bytes arrived in another version too.
     Nothing scored stays on it (a margin of bytes the client may not have received is no
     evidence either way)."""
-    for scored in ("score", "token_count", "exact_matches", "out_of_mask", "margins_f16"):
-        verdict.ClearField(scored)
+    scored = ("score", "token_count", "exact_matches", "out_of_mask", "margins_f16")
+    for field in (*scored, "found_token_ids", "logprobs_deviation"):
+        verdict.ClearField(field)
     verdict.amended_by_record_id = amendment_record_id
     detail = f"amendment {amendment_record_id}: {amendment_reason}"
     if verdict.HasField("supersedes"):
