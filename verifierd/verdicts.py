@@ -14,6 +14,7 @@ import os
 import time
 from enum import StrEnum
 from pathlib import Path
+from typing import Literal, get_args
 
 from veritap.signing import Signer, Verifier
 from veritap.v1 import verifier_pb2
@@ -176,6 +177,19 @@ def unverifiable(
     return verdict
 
 
+#: What a verdict says about scored tokens.
+ScoredField = Literal[
+    "score",
+    "token_count",
+    "exact_matches",
+    "out_of_mask",
+    "margins_f16",
+    "found_token_ids",
+    "logprobs_deviation",
+]
+_SCORED_FIELDS: tuple[ScoredField, ...] = get_args(ScoredField)
+
+
 def amended(
     verdict: verifier_pb2.Verdict, *, amendment_record_id: str, amendment_reason: str
 ) -> verifier_pb2.Verdict:
@@ -183,8 +197,7 @@ def amended(
     ``amendment_record_id`` says the record's bytes arrived in another version too.
     Nothing scored stays on it (a margin of bytes the client may not have received is no
     evidence either way)."""
-    scored = ("score", "token_count", "exact_matches", "out_of_mask", "margins_f16")
-    for field in (*scored, "found_token_ids", "logprobs_deviation"):
+    for field in _SCORED_FIELDS:
         verdict.ClearField(field)
     verdict.amended_by_record_id = amendment_record_id
     detail = f"amendment {amendment_record_id}: {amendment_reason}"
