@@ -50,7 +50,7 @@ deletes the evidence: :meth:`Store.clear_alert` moves the alert to a key of its 
 cleared it, why and what the collector showed, then the alert's value verbatim) and
 writes the audit event, in one transaction. A verdict is put with
 ``overwrite=False`` and only while its queue item still exists, so a record
-never gets two.
+never gets two; only a :class:`Supersede` replaces one, keeping it in the history.
 
 A store of format 1 is upgraded when opened (:meth:`Store._upgrade_from_format_1`):
 its queue items name no checkpoint, so they go back to the inbox to be authenticated
