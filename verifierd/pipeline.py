@@ -325,7 +325,6 @@ class Pipeline:
             checkpoint_root_hash=checkpoint.checkpoint_root_hash,
         )
 
-    def _write(self, entry: StoredEntry, record_id: str, v: verifier_pb2.Verdict) -> VerdictWrite:
     def _amendment(
         self, entry: StoredEntry, record: record_pb2.InferenceRecord, v: verifier_pb2.Verdict
     ) -> AmendmentWrite:
@@ -360,7 +359,7 @@ class Pipeline:
             own, tuple(record.amends_record_ids), record.quality_reason, tuple(supersedes)
         )
 
-        v.decided_at_ns = self._clock()
+    def _write(self, entry: StoredEntry, record_id: str, v: verifier_pb2.Verdict) -> VerdictWrite:
         """Sign ``v`` about ``entry``'s record; a record the collector amended is judged
         UNVERIFIABLE(record_amended) whatever ``v`` said."""
         if record_id and not v.amended_by_record_id and v.reason != Reason.AMENDMENT:
@@ -370,6 +369,7 @@ class Pipeline:
         return self._sign(entry.origin, entry.seq, record_id, v)
 
     def _sign(self, origin: str, seq: int, record_id: str, v: verifier_pb2.Verdict) -> VerdictWrite:
+        v.decided_at_ns = self._clock()
         if v.status == FAIL:
             log.warning(
                 "FAIL verdict: %s",
@@ -479,10 +479,10 @@ class Pipeline:
                 continue
             record = decode_record(decode_envelope(entry.envelope))
             v = self._verdict(entry, record, commitment, settings, item)
-            try:
             if self._store.amendment_of(entry.origin, record.record_id) is not None:
                 done.append((item.key, self._write(entry, record.record_id, v)))
                 continue
+            try:
                 requests, indices = score_requests(record, commitment, f"{item.origin}/{item.seq}")
             except SamplingNotReproducibleError as exc:
                 v = unverifiable(v, exc.reason, exc.detail)
@@ -669,7 +669,6 @@ class Pipeline:
         return v
 
 
-def _authenticated_verdict(
 def _decoded(entry: StoredEntry) -> record_pb2.InferenceRecord | EnvelopeError:
     try:
         return decode_record(decode_envelope(entry.envelope))
@@ -695,6 +694,7 @@ def _amended(v: verifier_pb2.Verdict, note: AmendmentNote) -> verifier_pb2.Verdi
     return amended(v, amendment_record_id=note.record_id, amendment_reason=note.reason)
 
 
+def _authenticated_verdict(
     authentic: AuthenticEntry, *, record_id: str, model: str
 ) -> verifier_pb2.Verdict:
     """The fields of a verdict about an authenticated entry, naming its checkpoint."""
