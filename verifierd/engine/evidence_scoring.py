@@ -14,9 +14,10 @@ For each `ScoreRequest` carrying `ChoiceEvidence`:
 A request with a structured output has its grammar rebuilt
 (verifierd.engine.grammar) from the same request: the received text must stay
 inside it before any search (else FAIL ``grammar_violation``), and so must the
-claimed or found ids, end token included; a grammar the engine cannot rebuild is
-UNVERIFIABLE. The scoring passes apply its mask, so the search adopts only
-tokens the grammar allows.
+claimed or found ids, end token included; a grammar the engine cannot rebuild,
+or whose wait for the end of the reasoning is not where vLLM's server puts it
+for the request and prompt, is UNVERIFIABLE. The scoring passes apply its
+mask, so the search adopts only tokens the grammar allows.
 
 On a server with a reasoning or tool parser (the commitment's serving flags)
 the ids spell the model's raw output, not the text: claimed ids must decode to
@@ -224,6 +225,10 @@ class EvidenceResolver:
         grammar = self._grammar(structured, rendered.params.structured_outputs, ends)
         if isinstance(grammar, Finding):
             return Resolution(prompt, (), grammar)
+        if grammar is not None and structured is not None and rendered.output is not None:
+            gate = rendered.output.grammar_gate_problem(structured.reasoning_parser)
+            if gate is not None:
+                return Resolution(prompt, (), Finding(Reason.SAMPLER_NOT_REPRODUCIBLE, gate))
         return _Context(prompt, rendered, rules, grammar)
 
     def _grammar(

@@ -18,6 +18,19 @@ the row of position t is the mask after output[0:t], and a claimed token
 outside its row is where the output leaves the grammar (no sampler under that
 grammar could have produced it). After that position the rows allow every
 token: there is no grammar state to follow, and the output already fails.
+
+On a server with a reasoning parser (`StructuredOutput.reasoning_parser`) the
+engine's StructuredOutputManager leaves the rows unconstrained and the grammar
+unadvanced until a sampled token ends the reasoning (the parser's
+``is_reasoning_end_streaming`` on that token, one token per step); the grammar
+starts at the token after it. `ReasoningGate` does the same with vLLM's parser
+class, built without the request's chat template kwargs and fed the output
+only (the ``BaseThinkingReasoningParser`` family reads just the new token); an
+engine-based reasoning parser (``ParserEngineReasoningAdapter``, whose end may
+be implicit) is not replayed. Where vLLM's server starts the grammar at the
+first token although it has a reasoning parser (a prompt that already ends the
+reasoning), the evidence check (`OutputParser.grammar_gate_problem`) leaves the
+request UNVERIFIABLE.
 """
 
 from __future__ import annotations

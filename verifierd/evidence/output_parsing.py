@@ -38,6 +38,11 @@ may keep the start token (`OutputParser.check`). Tool call arguments compare as
 JSON values (vLLM re-serializes them when not streaming and passes the model's
 text through when streaming); names compare exactly; call ids are the server's,
 not the model's, and are not compared.
+
+A grammar-constrained request (a structured output, or ``tool_choice`` required
+or named) on a server with a reasoning parser has its grammar wait for the end
+of the reasoning unless vLLM's server resolves it as already ended
+(`OutputParser.grammar_gate_problem`).
 """
 
 from __future__ import annotations
@@ -131,12 +136,7 @@ class OutputParser:
         )
 
         request = self._request
-        parser = self._parser_cls(
-            self._llm.get_tokenizer(),
-            request.tools,
-            chat_template_kwargs=self._kwargs,
-            model_config=self._llm.llm_engine.model_config,
-        )
+        parser = self._parser()
         parser.set_prompt_token_ids(self._prompt)
         auto = self._serving.enable_auto_tool_choice
         reasoning, content, calls = parser.parse(
@@ -156,6 +156,31 @@ class OutputParser:
             views = views[:1]
         return ReceivedOutput(content or "", reasoning or "", views)
 
+    def grammar_gate_problem(self, reasoning_parser: str | None) -> str | None:
+        """None when a grammar gated on ``reasoning_parser``'s end of reasoning (None: not
+        gated, see `verifierd.structured_outputs.StructuredOutput`) starts where vLLM's
+        server starts it for this request and prompt
+        (``ChatCompletionRequest.resolve_reasoning_ended``: False waits for the end,
+        True or None constrain from the first token), else why it does not."""
+        ended = self._request.resolve_reasoning_ended(self._parser(), self._prompt)
+        if (reasoning_parser is not None) == (ended is False):
+            return None
+        if ended is True:
+            return (
+                "vLLM constrains this request from its first output token (its prompt "
+                "ends the reasoning), which is not replayed"
+            )
+        return "vLLM waits for the end of the reasoning before it applies this grammar"
+
+    def _parser(self) -> Any:
+        """The committed server's Parser for this request."""
+        return self._parser_cls(
+            self._llm.get_tokenizer(),
+            self._request.tools,
+            chat_template_kwargs=self._kwargs,
+            model_config=self._llm.llm_engine.model_config,
+        )
+
     def check(self, raw: str, output_ids: Sequence[int], received: ReceivedOutput) -> str | None:
         """None when ``raw`` reads as ``received``, else what differs.
 
@@ -173,7 +198,9 @@ class OutputParser:
 
     def candidates(self, received: ReceivedOutput) -> tuple[list[str], str]:
         """The raw texts that read back as ``received``, and when there are none, why."""
-        if received.reasoning and not self._request.include_reasoning:
+        hides_reasoning = getattr(self._parser_cls, "reasoning_parser_cls", None) is not None
+        if hides_reasoning and not self._request.include_reasoning:
+            # What the parser read as reasoning is not in the response at all.
             return [], "the request left the reasoning out of the response"
         bodies = self._tool_bodies(received)
         if bodies is None:

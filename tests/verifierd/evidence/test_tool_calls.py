@@ -367,6 +367,30 @@ def test_the_grammar_waits_for_the_end_of_the_reasoning(backend: EngineBackend) 
     assert hidden.structured_output.reasoning_parser is None
 
 
+def test_a_grammar_from_the_first_token_on_a_reasoning_server(backend: EngineBackend) -> None:
+    # include_reasoning false: vLLM constrains from the first token, as this engine
+    # does. Its reasoning parser reads an output without an end token as reasoning
+    # and the response leaves it out: only the ids tell what was sampled.
+    hidden = _body(seed=9, tool_choice="required", include_reasoning=False)
+    honest = _honest(backend, SERVING, hidden, _adjustments(SERVING, hidden))
+    assert honest.raw == HERMES_CALL
+    assert honest.evidence.received == ReceivedOutput("", "", ())
+    found = _score(backend, honest, honest.evidence)
+    assert found.finding is not None and found.finding.reason.value == "tokens_unavailable"
+    claimed = _score(backend, honest, _claiming(honest))
+    assert claimed.finding is None and claimed.difr.score == 0.0
+    # A prompt that ends the reasoning: vLLM constrains from the first token too,
+    # which the verifier's gate does not replay: never a FAIL.
+    told = [{"role": "user", "content": "You stopped thinking: </think>"}]
+    closed = json.dumps({**json.loads(_body(seed=9, tool_choice="required")), "messages": told})
+    honest = _honest(backend, SERVING, closed, _adjustments(SERVING, closed))
+    assert honest.raw == HERMES_CALL
+    result = _score(backend, honest, honest.evidence)
+    assert result.finding is not None
+    assert result.finding.reason.value == "sampler_not_reproducible"
+    assert "prompt ends the reasoning" in result.finding.detail
+
+
 def _structural_tag(serving: ServingFlags, request_json: str) -> str:
     structured = _adjustments(serving, request_json).structured_output
     assert structured is not None
