@@ -43,7 +43,14 @@ import numpy.typing as npt
 import torch
 
 from verifierd.errors import VerifierdError
-from verifierd.samplers import NoiseStream, NotReproducibleError, RowScores, SamplerProfile
+from verifierd.samplers import (
+    NoiseStream,
+    NotReproducibleError,
+    RowScores,
+    SamplerProfile,
+    StreamRows,
+    score_stacked,
+)
 
 #: vLLM: temperatures below this are greedy (vllm/sampling_params.py _SAMPLING_EPS).
 SAMPLING_EPS = 1e-5
@@ -432,18 +439,22 @@ def token_margins(
     ``sampling`` must already be `SamplingSettings.effective`; ``stream`` is the
     response's noise stream (None only for greedy settings).
     """
-    return token_scores(z, claimed, sampling, stream, start).margins
+    noise = () if stream is None else (StreamRows(stream, start, start + z.shape[0]),)
+    return token_scores(z, claimed, sampling, noise).margins
 
 
 def token_scores(
     z: torch.Tensor,
     claimed: torch.Tensor,
     sampling: SamplingSettings,
-    stream: NoiseStream | None,
-    start: int,
+    noise: Sequence[StreamRows],
 ) -> RowScores:
     """`token_margins` (in logit units) and the token the sampler itself picks at
-    each position (greedy: the first largest logit)."""
+    each position (greedy: the first largest logit).
+
+    The rows may belong to several responses with the same ``sampling`` but their
+    own seeds: ``noise`` names each one's stream and positions in row order (none
+    for greedy settings), and `score_stacked` scores them together."""
     if z.ndim != 2 or claimed.shape != (z.shape[0],):
         raise DifrError(f"logits {tuple(z.shape)} and claimed {tuple(claimed.shape)} disagree")
     width = z.shape[1]
@@ -457,11 +468,11 @@ def token_scores(
         raw = (top.values.to(torch.float64) - mine).clamp_min(0.0)
         best = z32.argmax(dim=1)
     else:
-        if stream is None:
-            raise DifrError("sampled settings need a noise stream")
+        if sum(p.stop - p.start for p in noise) != z.shape[0]:
+            raise DifrError(f"sampled settings need the noise of all {z.shape[0]} rows")
         x = scaled_logits(z, sampling.temperature)
         x = apply_top_k_top_p(apply_min_p(x, sampling.min_p), sampling.top_k, sampling.top_p)
-        scored = stream.score(x, safe, start)
+        scored = score_stacked(x, safe, noise)
         raw = scored.margins.to(z.device) * sampling.temperature
         best = scored.best.to(z.device)
     return RowScores(torch.where(valid, raw, torch.inf), best.to(torch.int64))

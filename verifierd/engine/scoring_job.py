@@ -8,6 +8,10 @@ re-applies the request's logit adjustments (penalties, logit_bias, min_tokens,
 allowed ids, bad words: verifierd.logit_adjustments) as the prover's sampler did,
 scores them against the claimed tokens (the prompt's own later tokens) and keeps
 only the per-token margins. Full logits rows never leave the engine's device.
+The rows of all the jobs one engine step feeds are scored together where their
+settings allow (`StepScoring`), and a response's noise stream resumes where its
+previous pass began (verifierd.engine.stream_cache): a tokenization search scores
+a response in many short passes, and their fixed cost is paid per call.
 
 `JobSpec` travels to the engine inside ``SamplingParams.extra_args`` (plain
 JSON-like values, as vLLM's MessagePack transport needs); `JobOutcome` comes
@@ -18,7 +22,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,7 +30,8 @@ import numpy as np
 import numpy.typing as npt
 import torch
 
-from verifierd.difr import SamplingSettings, open_stream, token_scores
+from verifierd.difr import SamplingSettings, token_scores
+from verifierd.engine.stream_cache import StreamCache
 from verifierd.errors import VerifierdError
 from verifierd.logit_adjustments import (
     NEUTRAL,
@@ -36,7 +41,7 @@ from verifierd.logit_adjustments import (
     TokenMasks,
     repetition_arithmetic,
 )
-from verifierd.samplers import NoiseStream, get_profile
+from verifierd.samplers import NoiseStream, StreamRows, get_profile
 
 #: Key of the job spec in SamplingParams.extra_args.
 JOB_KEY = "veritap_difr_job"
@@ -168,7 +173,8 @@ class ScoringJob:
     ``stop_token_ids`` and ``bad_words_token_ids`` are the engine's resolution of
     the spec's min_tokens stop ids (with the model's EOS ids) and bad words
     (tokenized), as vLLM's SamplingParams holds them; ``token_masks`` the request's
-    grammar masks (verifierd.engine.grammar) when it has a structured output.
+    grammar masks (verifierd.engine.grammar) when it has a structured output;
+    ``streams`` the worker's noise streams of earlier passes (a fresh one by default).
     """
 
     def __init__(
@@ -180,13 +186,16 @@ class ScoringJob:
         stop_token_ids: Sequence[int] = (),
         bad_words_token_ids: Sequence[Sequence[int]] = (),
         token_masks: TokenMasks | None = None,
+        streams: StreamCache | None = None,
     ) -> None:
         self.spec = spec
+        self._streams = StreamCache(max_streams=1) if streams is None else streams
         self._token_masks = token_masks
         self._stop_token_ids = tuple(stop_token_ids)
         self._bad_words_token_ids = tuple(tuple(w) for w in bad_words_token_ids)
         self._plan: AdjustmentPlan | None = None
-        self._sampling = spec.sampling.effective()
+        #: The spec's sampling settings as vLLM applies them.
+        self.sampling = spec.sampling.effective()
         self._first = spec.prompt_len - 1
         self._end = self._first + spec.n_out + (1 if spec.lookahead else 0)
         self._next = self._first + spec.score_from
@@ -218,9 +227,14 @@ class ScoringJob:
         hidden: torch.Tensor,
         token_ids: Sequence[int],
         compute_logits: ComputeLogits,
+        step: StepScoring | None = None,
     ) -> None:
         """Hidden states of positions [first_pos, first_pos + len(hidden)) of the
-        sequence ``token_ids`` (prompt + claimed output)."""
+        sequence ``token_ids`` (prompt + claimed output).
+
+        The logits rows join ``step`` (scored with the other jobs' rows of the same
+        engine step when it is flushed); without one they are scored before this
+        returns."""
         if self.done:
             return
         if first_pos > self._next:
@@ -230,6 +244,8 @@ class ScoringJob:
             )
             self._stopped = True
             return
+        own_step = step is None
+        step = StepScoring() if step is None else step
         lo = max(first_pos, self._next)
         hi = min(first_pos + hidden.shape[0], self._end)
         for a in range(lo, hi, self.spec.chunk_rows):
@@ -243,27 +259,34 @@ class ScoringJob:
                 continue
             self.logits_ns += t1 - t0
             try:
-                self._score(z, token_ids, a)
+                rows = self._rows(z, token_ids, a)
             except Exception as exc:  # keep making the collective calls; report the job
-                log.exception("scoring job failed", extra={"job_id": self.spec.job_id})
-                self.error = f"scoring failed: {exc!r}"
-            self.scoring_ns += time.perf_counter_ns() - t1
+                self.fail(exc)
+                continue
+            finally:
+                self.scoring_ns += time.perf_counter_ns() - t1
+            step.add(rows)
+        if own_step:
+            step.flush()
 
-    def _score(self, z: torch.Tensor, token_ids: Sequence[int], a: int) -> None:
-        if self._stream is None and not self._sampling.is_greedy:
-            profile = get_profile(self.spec.profile)
-            self._stream = open_stream(
-                self._sampling, profile, self.spec.prompt_len, self._width, self._device
-            )
-            if self._stream is not None:
-                self._stream.skip(a - self._first)
-        n = z.shape[0]
+    def _rows(self, z: torch.Tensor, token_ids: Sequence[int], a: int) -> PendingRows:
+        """The logits rows ``z`` of positions [a, a + len(z)), adjusted as the
+        prover's sampler adjusted them, with what scoring them needs."""
         start = a - self._first
+        n = z.shape[0]
+        if self._stream is None and not self.sampling.is_greedy:
+            self._stream = self._streams.open_at(
+                self.sampling,
+                get_profile(self.spec.profile),
+                self.spec.prompt_len,
+                self._width,
+                self._device,
+                start=start,
+            )
         # The lookahead row has no claimed token: any id serves, its margin is dropped.
         following = list(token_ids[a + 1 : a + 1 + n])
         k = len(following)
-        adjusted = not self.spec.adjustments.is_neutral
-        if adjusted:
+        if not self.spec.adjustments.is_neutral:
             if self._plan is None:
                 self._plan = self._adjustment_plan(token_ids, z)
             z = (
@@ -271,13 +294,27 @@ class ScoringJob:
                 if k == n
                 else torch.cat([self._plan.apply(z[:k], start), z[k:]])
             )
-        claimed = torch.tensor(following + [0] * (n - k), dtype=torch.int64)
-        scored = token_scores(z, claimed, self._sampling, self._stream, start)
-        best = scored.best.to("cpu")
-        if adjusted and k < n:
+        noise = None if self._stream is None else StreamRows(self._stream, start, start + n)
+        return PendingRows(self, z, following + [0] * (n - k), k, noise)
+
+    def fail(self, exc: Exception) -> None:
+        """Scoring this job's rows raised ``exc``: the job reports it (and scores no more)."""
+        log.error("scoring job failed", exc_info=exc, extra={"job_id": self.spec.job_id})
+        if not self.error:
+            self.error = f"scoring failed: {exc!r}"
+
+    def take(self, margins: torch.Tensor, best: torch.Tensor, scoring_ns: int) -> None:
+        """The scores of rows this job handed to a `StepScoring` (in the order it did):
+        the claimed tokens' margins and the sampler's picks of all its rows (CPU)."""
+        self.scoring_ns += scoring_ns
+        if self.error:
+            return
+        k = margins.shape[0]
+        if not self.spec.adjustments.is_neutral and k < best.shape[0]:
             # The adjustments are defined for output rows only: no pick after the end.
+            best = best.clone()
             best[k:] = -1
-        self._parts.append(scored.margins[:k].to("cpu"))
+        self._parts.append(margins)
         self._best.append(best)
 
     def _adjustment_plan(self, token_ids: Sequence[int], z: torch.Tensor) -> AdjustmentPlan:
@@ -305,3 +342,89 @@ class ScoringJob:
             scoring_ns=self.scoring_ns,
             logits_ns=self.logits_ns,
         )
+
+
+@dataclass(frozen=True, eq=False)
+class PendingRows:
+    """Logits rows of one job waiting in a `StepScoring`."""
+
+    job: ScoringJob
+    #: [n, width] raw logits, the job's adjustments applied.
+    z: torch.Tensor
+    #: The claimed token of each row (any id for a lookahead row).
+    claimed: list[int]
+    #: The rows with a claimed token (the first k; the rest is the lookahead row).
+    k: int
+    #: The rows' noise (None for greedy settings).
+    noise: StreamRows | None
+
+    @property
+    def group(self) -> Hashable:
+        """Rows with equal groups are scored in one call: the same mask settings, the
+        same kind of noise (seeds may differ), the same logits device and dtype, and
+        the same bound on rows per call."""
+        s = self.job.sampling
+        kind = "greedy" if self.noise is None else self.noise.stream.join_key
+        if kind is None:
+            return self  # rows whose stream scores alone form a group of their own
+        return (
+            kind,
+            s.is_greedy or (s.temperature, s.top_k, s.top_p, s.min_p),
+            self.z.device,
+            self.z.dtype,
+            self.job.spec.chunk_rows,
+        )
+
+
+class StepScoring:
+    """The logits rows the jobs of one engine step fed, scored together.
+
+    Scoring one job's rows at a time costs the same fixed dispatch per call (the
+    mask, the noise, the margins, the copies to the CPU) however few rows it has;
+    a search pass often scores a handful. Rows of different jobs that share a
+    group (`PendingRows.group`) are stacked into one `token_scores` call of at
+    most ``chunk_rows`` rows, which gives every row the values it gets alone
+    (each operation works row by row; the tests check it bit for bit).
+    """
+
+    def __init__(self) -> None:
+        self._groups: dict[Hashable, list[PendingRows]] = {}
+
+    def add(self, rows: PendingRows) -> None:
+        key = rows.group
+        group = self._groups.setdefault(key, [])
+        held = sum(r.z.shape[0] for r in group)
+        if group and held + rows.z.shape[0] > rows.job.spec.chunk_rows:
+            _score_group(group)
+            group = self._groups[key] = []
+        group.append(rows)
+
+    def flush(self) -> None:
+        """Score every row still waiting."""
+        groups, self._groups = self._groups, {}
+        for group in groups.values():
+            _score_group(group)
+
+
+def _score_group(group: Sequence[PendingRows]) -> None:
+    t0 = time.perf_counter_ns()
+    try:
+        z = group[0].z if len(group) == 1 else torch.cat([r.z for r in group])
+        claimed = torch.tensor([c for r in group for c in r.claimed], dtype=torch.int64)
+        noise = [r.noise for r in group if r.noise is not None]
+        scored = token_scores(z, claimed, group[0].job.sampling, noise)
+        margins, best = scored.margins.to("cpu"), scored.best.to("cpu")
+    except Exception as exc:  # every job of the group reports it
+        for r in group:
+            r.job.fail(exc)
+        return
+    elapsed = time.perf_counter_ns() - t0
+    offset = 0
+    for r in group:
+        n = r.z.shape[0]
+        r.job.take(
+            margins[offset : offset + r.k],
+            best[offset : offset + n],
+            elapsed * n // z.shape[0],
+        )
+        offset += n

@@ -10,7 +10,8 @@ executor (in-process, multiprocess, tensor parallel).
 That method is called after every forward pass with the hidden states of all
 scheduled tokens, which is the one place the runner exposes per-position hidden
 states of a prefill. The wrapper hands the chunk of every request that carries
-a `JobSpec` in ``SamplingParams.extra_args`` to its `ScoringJob`, then calls the
+a `JobSpec` in ``SamplingParams.extra_args`` to its `ScoringJob`, scores the
+step's rows of all jobs together (`StepScoring`), then calls the
 original unchanged (such requests ask for no prompt logprobs, so the original
 does nothing for them). Margins wait in the worker until ``veritap_take``; a
 job whose request also carries a `LogprobsSpec` gets a ``compute_logits`` that
@@ -37,7 +38,14 @@ import torch
 
 from verifierd.engine.grammar import GrammarCompiler, GrammarError, GrammarMasks
 from verifierd.engine.logprob_rows import LogprobRecorder, LogprobsSpec, RowsTuple
-from verifierd.engine.scoring_job import JobSpec, OutcomeTuple, ScoringJob, ScoringJobError
+from verifierd.engine.scoring_job import (
+    JobSpec,
+    OutcomeTuple,
+    ScoringJob,
+    ScoringJobError,
+    StepScoring,
+)
+from verifierd.engine.stream_cache import StreamCache
 from verifierd.errors import VerifierdError
 
 log = logging.getLogger(__name__)
@@ -57,11 +65,13 @@ class PrefillScoringHook:
         self._original = original
         self.jobs: dict[str, ScoringJob] = {}
         self._grammars: GrammarCompiler | None = None
+        self._streams = StreamCache()
         #: The verifier's logprobs of the jobs whose request asks for them.
         self.logprobs: dict[str, LogprobRecorder] = {}
 
     def __call__(self, hidden_states: torch.Tensor, num_scheduled_tokens: dict[str, int]) -> Any:
         runner = self._runner
+        step = StepScoring()
         for req_id, n_scheduled in num_scheduled_tokens.items():
             state = runner.requests.get(req_id)
             if state is None or state.sampling_params is None:
@@ -84,6 +94,7 @@ class PrefillScoringHook:
                     stop_token_ids=sorted(params.all_stop_token_ids),
                     bad_words_token_ids=params.bad_words_token_ids or (),
                     token_masks=self._grammar_masks(spec, params.all_stop_token_ids),
+                    streams=self._streams,
                 )
                 logprobs = LogprobsSpec.from_extra(params.extra_args)
                 if logprobs is not None:
@@ -103,7 +114,9 @@ class PrefillScoringHook:
                 hidden_states[offset : offset + n_scheduled],
                 state.prompt_token_ids,
                 compute_logits,
+                step,
             )
+        step.flush()
         return self._original(hidden_states, num_scheduled_tokens)
 
     def _grammar_masks(self, spec: JobSpec, stop_token_ids: Any) -> GrammarMasks | None:

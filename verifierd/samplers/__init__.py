@@ -16,7 +16,9 @@ from verifierd.samplers.profile import (
     SamplerError,
     SamplerProfile,
     StreamOrderError,
+    StreamRows,
     UnknownProfileError,
+    score_stacked,
 )
 from verifierd.samplers.registry import PROFILE_NAMES, get_profile
 
@@ -28,6 +30,8 @@ __all__ = [
     "SamplerError",
     "SamplerProfile",
     "StreamOrderError",
+    "StreamRows",
     "UnknownProfileError",
     "get_profile",
+    "score_stacked",
 ]

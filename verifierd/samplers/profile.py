@@ -20,6 +20,7 @@ Noise width is always the model's logits dimension, never len(tokenizer).
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Hashable, Sequence
 from typing import ClassVar, NamedTuple
 
 import numpy as np
@@ -82,8 +83,23 @@ class NoiseStream(ABC):
         ``x``: float32 [n, width] logits after temperature and the sampling mask
         (-inf outside it); ``claimed``: int64 [n].
         """
-        scores = x.to(torch.float64) + self.gumbel(start, start + x.shape[0]).to(x.device)
-        return margin_of(scores, claimed)
+        return self.score_noise(x, claimed, self.noise_rows(start, start + x.shape[0]))
+
+    def noise_rows(self, start: int, stop: int) -> torch.Tensor:
+        """What `score_noise` needs of positions [start, stop), one entry per row
+        along dim 0 (streams with the same `join_key` stack theirs with torch.cat)."""
+        return self.gumbel(start, stop)
+
+    def score_noise(self, x: torch.Tensor, claimed: torch.Tensor, noise: torch.Tensor) -> RowScores:
+        """`score` of rows whose `noise_rows` are ``noise`` (possibly stacked from
+        several streams of this one's `join_key`)."""
+        return margin_of(x.to(torch.float64) + noise.to(x.device), claimed)
+
+    @property
+    def join_key(self) -> Hashable | None:
+        """Streams with equal keys score their rows in one `score_noise` call
+        (`score_stacked`); None: this stream scores its rows on its own."""
+        return (type(self), self.width)
 
     def margins(self, x: torch.Tensor, claimed: torch.Tensor, start: int) -> torch.Tensor:
         """`score`'s margins alone: float64 [n], >= 0, +inf outside the mask."""
@@ -93,6 +109,13 @@ class NoiseStream(ABC):
         """Pass over the rows before ``stop`` that were not read (a stateful stream
         draws them; a stateless one has nothing to do)."""
         return None
+
+    def resumed(self, start: int) -> NoiseStream | None:
+        """A stream of its own that reads from position ``start`` on exactly as a
+        fresh stream of this response skipped to ``start`` would; None when this
+        stream has drawn rows past ``start`` and cannot go back. A stateless stream
+        is its own."""
+        return self
 
 
 class SamplerProfile(ABC):
@@ -125,3 +148,23 @@ def margin_of(scores: torch.Tensor, claimed: torch.Tensor) -> RowScores:
     out = top.values.to(torch.float64) - mine.to(torch.float64)
     margins = torch.where(torch.isneginf(mine), torch.inf, out.clamp_min(0.0))
     return RowScores(margins, scores.argmax(dim=1))
+
+
+class StreamRows(NamedTuple):
+    """Positions [start, stop) of one response's noise stream."""
+
+    stream: NoiseStream
+    start: int
+    stop: int
+
+
+def score_stacked(x: torch.Tensor, claimed: torch.Tensor, parts: Sequence[StreamRows]) -> RowScores:
+    """`NoiseStream.score` of rows stacked from several responses: ``parts`` name the
+    stream and positions of consecutive rows of ``x`` (their lengths sum to len(x)),
+    all with one `join_key` unless there is a single part. Row for row the same
+    values as scoring each part on its own."""
+    first = parts[0].stream
+    if len(parts) == 1:
+        return first.score(x, claimed, parts[0].start)
+    noise = torch.cat([p.stream.noise_rows(p.start, p.stop) for p in parts])
+    return first.score_noise(x, claimed, noise)

@@ -24,7 +24,8 @@ and the kernel agree.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import copy
+from collections.abc import Callable, Hashable
 
 import torch
 
@@ -96,10 +97,23 @@ class SplitmixStream(NoiseStream):
     def skip(self, stop: int) -> None:
         self.step_seeds(0, stop)
 
-    def score(self, x: torch.Tensor, claimed: torch.Tensor, start: int) -> RowScores:
+    def resumed(self, start: int) -> NoiseStream | None:
+        """A copy (the seeds drawn so far are kept: any start can be served)."""
+        other = copy.copy(self)
+        other._generator = torch.Generator(CPU)
+        other._generator.set_state(self._generator.get_state())
+        other.skip(start)
+        return other
+
+    def noise_rows(self, start: int, stop: int) -> torch.Tensor:
+        return self.step_seeds(start, stop)
+
+    def score_noise(self, x: torch.Tensor, claimed: torch.Tensor, noise: torch.Tensor) -> RowScores:
+        """``noise``: the rows' step seeds."""
+        seeds = noise
         if self._kernel is None or x.device.type != "cpu":
-            return super().score(x, claimed, start)
-        seeds = self.step_seeds(start, start + x.shape[0])
+            token = torch.arange(self.width, dtype=torch.int64).view(1, -1)
+            return super().score_noise(x, claimed, gumbel_at(seeds.view(-1, 1), token))
         x = x.to(torch.float32).contiguous()
         claimed = claimed.to(torch.int64).view(-1)
         best = self._kernel(x, seeds)
@@ -109,6 +123,10 @@ class SplitmixStream(NoiseStream):
         s_mine = x_mine + gumbel_at(seeds, claimed)
         margins = torch.where(torch.isneginf(x_mine), torch.inf, (s_best - s_mine).clamp_min(0.0))
         return RowScores(margins, best.to(torch.int64).view(-1))
+
+    @property
+    def join_key(self) -> Hashable | None:
+        return (type(self), self.width, self._kernel is None)
 
 
 class VllmCpuSplitmix(SamplerProfile):

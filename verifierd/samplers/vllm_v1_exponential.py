@@ -28,6 +28,9 @@ is the argmax of vLLM's own objective scores exactly 0.
 
 from __future__ import annotations
 
+import copy
+from collections.abc import Hashable
+
 import torch
 
 from verifierd.samplers.profile import NoiseStream, RowScores, SamplerProfile, StreamOrderError
@@ -67,8 +70,20 @@ class ExponentialStream(NoiseStream):
         while self._next < stop:
             self.exponential_rows(self._next, min(stop, self._next + _SKIP_ROWS))
 
-    def score(self, x: torch.Tensor, claimed: torch.Tensor, start: int) -> RowScores:
-        q = self.exponential_rows(start, start + x.shape[0])
+    def resumed(self, start: int) -> NoiseStream | None:
+        if start < self._next:
+            return None
+        other = copy.copy(self)
+        other._generator = torch.Generator(self._device)
+        other._generator.set_state(self._generator.get_state())
+        other.skip(start)
+        return other
+
+    def noise_rows(self, start: int, stop: int) -> torch.Tensor:
+        return self.exponential_rows(start, stop)
+
+    def score_noise(self, x: torch.Tensor, claimed: torch.Tensor, noise: torch.Tensor) -> RowScores:
+        q = noise
         probs = x.softmax(dim=-1, dtype=torch.float32)
         # vLLM's sample_with_exponential_noise: same dtype divides, fp64 q multiplies.
         scores = probs.div_(q) if q.dtype == probs.dtype else q.reciprocal_().mul_(probs)
@@ -80,6 +95,10 @@ class ExponentialStream(NoiseStream):
         out = (torch.log(best) - torch.log(mine)).clamp_min(0.0)
         margins = torch.where(masked | (mine == 0), torch.inf, out)
         return RowScores(margins, scores.argmax(dim=1))
+
+    @property
+    def join_key(self) -> Hashable | None:
+        return (type(self), self.width, self._dtype, self._device)
 
 
 class VllmV1Exponential(SamplerProfile):

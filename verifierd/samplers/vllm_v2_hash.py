@@ -27,7 +27,7 @@ with vLLM's own kernel is checked on a GPU by tests/gpu/test_v2_hash_gpu.py.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 
 import torch
 
@@ -159,12 +159,24 @@ class HashStream(NoiseStream):
     def gumbel(self, start: int, stop: int) -> torch.Tensor:
         return self._noise(start, stop).to(torch.float64)
 
-    def score(self, x: torch.Tensor, claimed: torch.Tensor, start: int) -> RowScores:
+    def noise_rows(self, start: int, stop: int) -> torch.Tensor:
+        return self._noise(start, stop)
+
+    def score_noise(self, x: torch.Tensor, claimed: torch.Tensor, noise: torch.Tensor) -> RowScores:
         dtype = torch.float64 if self._fp64 else torch.float32
         claimed = claimed.to(torch.int64).view(-1).to(x.device)
+        return margin_of(x.to(dtype) + noise.to(x.device), claimed)
+
+    @property
+    def join_key(self) -> Hashable | None:
+        # vLLM's kernel takes one stream here: rows it scores are not stacked.
+        return None if self._sampler is not None else (type(self), self.width, self._fp64)
+
+    def score(self, x: torch.Tensor, claimed: torch.Tensor, start: int) -> RowScores:
         if self._sampler is None or x.device.type != "cuda":
-            scores = x.to(dtype) + self._noise(start, start + x.shape[0]).to(x.device)
-            return margin_of(scores, claimed)
+            return super().score(x, claimed, start)
+        dtype = torch.float64 if self._fp64 else torch.float32
+        claimed = claimed.to(torch.int64).view(-1).to(x.device)
         n = x.shape[0]
         pos = self._positions(start, start + n, x.device)
         top = self._sampler(
