@@ -137,6 +137,13 @@ class VerifierMetrics:
             ["prover", "reason"],
             registry=r,
         )
+        self.prover_unseeded_share = Gauge(
+            "veritap_prover_unseeded_share",
+            "Share of the prover's sampled verdicts (temperature above 0) over [provers.hiding] "
+            "window_s that came without a seed (UNVERIFIABLE no_seed).",
+            ["prover"],
+            registry=r,
+        )
         self.prover_evidence = Gauge(
             "veritap_prover_evidence",
             "The prover's sequential test statistic: ln of its e-value (an alarm is raised at "
@@ -282,12 +289,17 @@ class VerifierMetrics:
             for reason, share in shares.items():
                 self.prover_unverifiable_ratio.labels(prover=name, reason=reason).set(share)
                 fresh.add(("ratio", name, reason))
+            if window is not None:
+                self.prover_unseeded_share.labels(prover=name).set(window.unseeded_share)
+                fresh.add(("unseeded", name))
             self.prover_evidence.labels(prover=name).set(prover.evidence)
             fresh.add(("evidence", name))
         for gone in self._prover_series - fresh:
-            gauge = {"alarm": self.prover_alarm, "ratio": self.prover_unverifiable_ratio}.get(
-                gone[0], self.prover_evidence
-            )
+            gauge = {
+                "alarm": self.prover_alarm,
+                "ratio": self.prover_unverifiable_ratio,
+                "unseeded": self.prover_unseeded_share,
+            }.get(gone[0], self.prover_evidence)
             gauge.remove(*gone[1:])
         self._prover_series = fresh
 

@@ -134,6 +134,11 @@ class _Work:
     #: API choice index of each request.
     choice_indices: tuple[int, ...]
 
+    @property
+    def needs_seed(self) -> bool:
+        """Whether the request samples (its choices share the temperature)."""
+        return not self.requests[0].sampling.effective().is_greedy
+
 
 class Pipeline:
     def __init__(
@@ -289,7 +294,7 @@ class Pipeline:
         settings = self.settings_for(commitment)
         _describe(v, commitment, settings)
         try:
-            request_sampling(
+            sampling = request_sampling(
                 api.sampling,
                 commitment.generation_defaults,
                 get_profile(commitment.sampler_profile),
@@ -298,7 +303,9 @@ class Pipeline:
                 serving=commitment.serving,
             )
         except SamplingNotReproducibleError as exc:
+            v.needs_seed = exc.reason is Reason.NO_SEED
             return self._write(entry, record.record_id, unverifiable(v, exc.reason, exc.detail))
+        v.needs_seed = not sampling.effective().is_greedy
         if not scheduler.selected(self._secret, record.record_id, settings.sample_rate):
             detail = f"sample rate {settings.sample_rate}"
             return self._write(entry, record.record_id, unverifiable(v, Reason.NOT_SAMPLED, detail))
@@ -485,6 +492,7 @@ class Pipeline:
             try:
                 requests, indices = score_requests(record, commitment, f"{item.origin}/{item.seq}")
             except SamplingNotReproducibleError as exc:
+                v.needs_seed = exc.reason is Reason.NO_SEED
                 v = unverifiable(v, exc.reason, exc.detail)
                 done.append((item.key, self._write(entry, record.record_id, v)))
                 continue
@@ -529,6 +537,7 @@ class Pipeline:
         for w in batch:
             v = self._verdict(w.entry, w.record, commitment, settings, w.item)
             v.engine_version = engine.version
+            v.needs_seed = w.needs_seed
             v.attempts = w.item.attempts + 1
             problems = [rejected[r.request_id] for r in w.requests if r.request_id in rejected]
             mine = [results[r.request_id] for r in w.requests if r.request_id in results]
@@ -590,6 +599,7 @@ class Pipeline:
             if failures >= cfg.max_attempts:
                 v = self._verdict(w.entry, w.record, commitment, settings, w.item)
                 v.attempts = failures
+                v.needs_seed = w.needs_seed
                 v = unverifiable(v, Reason.ENGINE_ERROR, f"{failures} attempts; last: {error}")
                 done.append((w.item.key, self._write(w.entry, w.record.record_id, v)))
             else:

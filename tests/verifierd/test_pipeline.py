@@ -148,6 +148,10 @@ def test_every_record_gets_exactly_one_signed_verdict(
         "refused": (UNVERIFIABLE, "tokens_unavailable"),
     }
     assert {k: (v.status, v.reason) for k, v in got.items()} == expected
+    # Sampled requests need a seed, whatever became of them; greedy ones and records
+    # whose sampling was never worked out (or was refused) are not counted.
+    sampled = {"honest", "dishonest", "unseeded", "json-mode", "two-choices", "long-honest"}
+    assert {k for k, v in got.items() if v.needs_seed} == sampled | {"refused"}
     logged_fails = {
         r.__dict__["record_id"]
         for r in caplog.records

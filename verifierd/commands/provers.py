@@ -9,8 +9,9 @@ its bound, the tokens it pooled, and its verdicts and unverifiable share over th
 shortest window.
 
 `verifierd provers show PROVER [--json]`: one prover in full: every window's counts by
-status and reason, the share of its verdicts sampled without a seed (UNVERIFIABLE
-no_seed: what a site's seed gateway leaves unseeded, or traffic around it), its alarms
+status and reason, the share of its sampled verdicts (temperature above 0; greedy
+requests need no seed) that came without a seed (UNVERIFIABLE no_seed: what a site's
+seed gateway leaves unseeded, or traffic around it), its alarms
 (in force and cleared) with the records that drove them, and its latest test statistic.
 
 Captured strings are printed with control characters escaped; --json prints protobuf's
@@ -34,7 +35,6 @@ from veritap.v1 import verifier_pb2, verifier_pb2_grpc
 from verifierd.client_options import connection_parser, open_channel
 from verifierd.commands.verdicts import json_line
 from verifierd.provers.identity import ProverKey, ProverKeyError
-from verifierd.verdicts import Reason
 
 # The async stub class exists for type checkers only.
 Action = Callable[
@@ -169,8 +169,10 @@ def prover_details(response: verifier_pb2.GetProverResponse) -> str:
             f"  {span}: {window.verdicts} verdicts, {window.tokens_scored} tokens scored "
             f"({window.inexact_tokens} not exact), {window.unverifiable_ratio:.1%} unverifiable"
         )
-        unseeded = window.unverifiable_share.get(Reason.NO_SEED, 0.0)
-        lines.append(f"    sampled without a seed: {unseeded:.1%} of verdicts")
+        lines.append(
+            f"    sampled without a seed: {window.unseeded_share:.1%} of "
+            f"{window.needs_seed_verdicts} sampled verdicts"
+        )
         for count in window.counts:
             status = verifier_pb2.VerdictStatus.Name(count.status).removeprefix("VERDICT_STATUS_")
             reason = f" {escape_controls(count.reason)}" if count.reason else ""

@@ -13,8 +13,11 @@ from dataclasses import dataclass, field
 import numpy as np
 from veritap.v1 import verifier_pb2
 
+from verifierd.verdicts import Reason
+
 _UNVERIFIABLE = verifier_pb2.VERDICT_STATUS_UNVERIFIABLE
 _SCORED = (verifier_pb2.VERDICT_STATUS_PASS, verifier_pb2.VERDICT_STATUS_FAIL)
+_NO_SEED = (_UNVERIFIABLE, Reason.NO_SEED.value)
 
 
 def verdict_margins(verdict: verifier_pb2.Verdict) -> np.ndarray:
@@ -30,6 +33,8 @@ class Tally:
     tokens: int = 0
     margin_sum: float = 0.0
     inexact: int = 0
+    #: Verdicts whose request samples, so that only a seed makes it replayable.
+    needs_seed: int = 0
 
     @classmethod
     def of_verdict(cls, verdict: verifier_pb2.Verdict) -> Tally:
@@ -40,7 +45,13 @@ class Tally:
             tokens = len(margins)
             margin_sum = float(margins.sum())
             inexact = int(np.count_nonzero(margins))
-        return cls({(verdict.status, verdict.reason): 1}, tokens, margin_sum, inexact)
+        return cls(
+            {(verdict.status, verdict.reason): 1},
+            tokens,
+            margin_sum,
+            inexact,
+            int(verdict.needs_seed),
+        )
 
     def __add__(self, other: Tally) -> Tally:
         counts = dict(self.counts)
@@ -51,11 +62,14 @@ class Tally:
             self.tokens + other.tokens,
             self.margin_sum + other.margin_sum,
             self.inexact + other.inexact,
+            self.needs_seed + other.needs_seed,
         )
 
     def without(self, other: Tally) -> Tally | None:
         """This tally less ``other`` (a verdict counted in it, now withdrawn); None when
         ``other``'s verdicts are not all counted here."""
+        if other.needs_seed > self.needs_seed:
+            return None
         counts = dict(self.counts)
         for key, n in other.counts.items():
             left = counts.get(key, 0) - n
@@ -70,6 +84,7 @@ class Tally:
             self.tokens - other.tokens,
             self.margin_sum - other.margin_sum,
             self.inexact - other.inexact,
+            self.needs_seed - other.needs_seed,
         )
 
     @classmethod
@@ -96,10 +111,25 @@ class Tally:
         total = self.verdicts
         return {r: n / total for r, n in self.unverifiable().items()} if total else {}
 
+    def unseeded_share(self) -> float:
+        """The share of the verdicts whose request samples that came without a seed
+        (greedy traffic needs none, so it is not in the denominator)."""
+        if not self.needs_seed:
+            return 0.0
+        # At most 1: a tally stored before needs_seed was counted holds no_seed verdicts
+        # without them.
+        return min(1.0, self.counts.get(_NO_SEED, 0) / self.needs_seed)
+
     def to_json(self) -> bytes:
         counts = sorted([status, reason, n] for (status, reason), n in self.counts.items())
         return json.dumps(
-            {"c": counts, "t": self.tokens, "m": self.margin_sum, "x": self.inexact},
+            {
+                "c": counts,
+                "t": self.tokens,
+                "m": self.margin_sum,
+                "x": self.inexact,
+                "s": self.needs_seed,
+            },
             separators=(",", ":"),
         ).encode()
 
@@ -107,7 +137,9 @@ class Tally:
     def from_json(cls, raw: bytes) -> Tally:
         data = json.loads(raw)
         counts = {(int(status), str(reason)): int(n) for status, reason, n in data["c"]}
-        return cls(counts, int(data["t"]), float(data["m"]), int(data["x"]))
+        # Tallies stored before needs_seed was counted have no "s".
+        needs_seed = int(data.get("s", 0))
+        return cls(counts, int(data["t"]), float(data["m"]), int(data["x"]), needs_seed)
 
     def to_window(self, window_s: int) -> verifier_pb2.ProverWindow:
         """The tally as a ProverWindow message (``window_s`` 0: since first seen)."""
@@ -125,4 +157,6 @@ class Tally:
         shares = self.unverifiable_share()
         window.unverifiable_share.update(shares)
         window.unverifiable_ratio = sum(shares.values())
+        window.needs_seed_verdicts = self.needs_seed
+        window.unseeded_share = self.unseeded_share()
         return window

@@ -235,6 +235,7 @@ class Verdict(_message.Message):
     LOGPROBS_DEVIATION_FIELD_NUMBER: _builtins.int
     AMENDED_BY_RECORD_ID_FIELD_NUMBER: _builtins.int
     SUPERSEDES_FIELD_NUMBER: _builtins.int
+    NEEDS_SEED_FIELD_NUMBER: _builtins.int
     record_id: _builtins.str
     origin: _builtins.str
     seq: _builtins.int
@@ -291,6 +292,12 @@ class Verdict(_message.Message):
     record_amended): a later copy of them arrived in another version, so the
     client may not have received what the record holds.
     """
+    needs_seed: _builtins.bool
+    """The request samples (temperature above 0 after the commitment's generation
+    defaults), so only its seed makes it replayable: a prover's share of such
+    traffic without a seed is counted over these verdicts. False when the
+    sampling was not worked out (no commitment, or refused for another reason).
+    """
     @_builtins.property
     def settings(self) -> Global___DifrSettings: ...
     @_builtins.property
@@ -343,10 +350,11 @@ class Verdict(_message.Message):
         logprobs_deviation: _builtins.float | None = ...,
         amended_by_record_id: _builtins.str = ...,
         supersedes: Global___SupersededVerdict | None = ...,
+        needs_seed: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_logprobs_deviation", b"_logprobs_deviation", "cost", b"cost", "logprobs_deviation", b"logprobs_deviation", "settings", b"settings", "supersedes", b"supersedes", "timings", b"timings"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_logprobs_deviation", b"_logprobs_deviation", "amended_by_record_id", b"amended_by_record_id", "attempts", b"attempts", "checkpoint_root_hash", b"checkpoint_root_hash", "checkpoint_tree_size", b"checkpoint_tree_size", "choice_index", b"choice_index", "commitment_id", b"commitment_id", "cost", b"cost", "decided_at_ns", b"decided_at_ns", "detail", b"detail", "engine", b"engine", "engine_version", b"engine_version", "entry_hash", b"entry_hash", "exact_matches", b"exact_matches", "found_token_ids", b"found_token_ids", "logprobs_deviation", b"logprobs_deviation", "margins_f16", b"margins_f16", "model", b"model", "origin", b"origin", "out_of_mask", b"out_of_mask", "reason", b"reason", "record_id", b"record_id", "retokenized", b"retokenized", "sampler_profile", b"sampler_profile", "score", b"score", "seq", b"seq", "settings", b"settings", "status", b"status", "supersedes", b"supersedes", "timings", b"timings", "token_count", b"token_count", "tokenization_restarts", b"tokenization_restarts"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_logprobs_deviation", b"_logprobs_deviation", "amended_by_record_id", b"amended_by_record_id", "attempts", b"attempts", "checkpoint_root_hash", b"checkpoint_root_hash", "checkpoint_tree_size", b"checkpoint_tree_size", "choice_index", b"choice_index", "commitment_id", b"commitment_id", "cost", b"cost", "decided_at_ns", b"decided_at_ns", "detail", b"detail", "engine", b"engine", "engine_version", b"engine_version", "entry_hash", b"entry_hash", "exact_matches", b"exact_matches", "found_token_ids", b"found_token_ids", "logprobs_deviation", b"logprobs_deviation", "margins_f16", b"margins_f16", "model", b"model", "needs_seed", b"needs_seed", "origin", b"origin", "out_of_mask", b"out_of_mask", "reason", b"reason", "record_id", b"record_id", "retokenized", b"retokenized", "sampler_profile", b"sampler_profile", "score", b"score", "seq", b"seq", "settings", b"settings", "status", b"status", "supersedes", b"supersedes", "timings", b"timings", "token_count", b"token_count", "tokenization_restarts", b"tokenization_restarts"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__logprobs_deviation: _TypeAlias = _typing.Literal["logprobs_deviation"]  # noqa: Y015
     _WhichOneofArgType__logprobs_deviation: _TypeAlias = _typing.Literal["_logprobs_deviation", b"_logprobs_deviation"]  # noqa: Y015
@@ -1437,6 +1445,8 @@ class ProverWindow(_message.Message):
     INEXACT_TOKENS_FIELD_NUMBER: _builtins.int
     UNVERIFIABLE_SHARE_FIELD_NUMBER: _builtins.int
     UNVERIFIABLE_RATIO_FIELD_NUMBER: _builtins.int
+    NEEDS_SEED_VERDICTS_FIELD_NUMBER: _builtins.int
+    UNSEEDED_SHARE_FIELD_NUMBER: _builtins.int
     window_s: _builtins.int
     """The window's length; 0 = since the prover was first seen."""
     verdicts: _builtins.int
@@ -1448,6 +1458,12 @@ class ProverWindow(_message.Message):
     """
     inexact_tokens: _builtins.int
     unverifiable_ratio: _builtins.float
+    needs_seed_verdicts: _builtins.int
+    """Verdicts whose request samples (Verdict.needs_seed), and the share of them
+    that came without a seed (UNVERIFIABLE no_seed): how much of the prover's
+    sampled traffic the site's seed gateway leaves unverifiable.
+    """
+    unseeded_share: _builtins.float
     @_builtins.property
     def counts(self) -> _containers.RepeatedCompositeFieldContainer[Global___VerdictCount]: ...
     @_builtins.property
@@ -1467,10 +1483,12 @@ class ProverWindow(_message.Message):
         inexact_tokens: _builtins.int = ...,
         unverifiable_share: _abc.Mapping[_builtins.str, _builtins.float] | None = ...,
         unverifiable_ratio: _builtins.float = ...,
+        needs_seed_verdicts: _builtins.int = ...,
+        unseeded_share: _builtins.float = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["counts", b"counts", "inexact_tokens", b"inexact_tokens", "margin_sum", b"margin_sum", "tokens_scored", b"tokens_scored", "unverifiable_ratio", b"unverifiable_ratio", "unverifiable_share", b"unverifiable_share", "verdicts", b"verdicts", "window_s", b"window_s"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["counts", b"counts", "inexact_tokens", b"inexact_tokens", "margin_sum", b"margin_sum", "needs_seed_verdicts", b"needs_seed_verdicts", "tokens_scored", b"tokens_scored", "unseeded_share", b"unseeded_share", "unverifiable_ratio", b"unverifiable_ratio", "unverifiable_share", b"unverifiable_share", "verdicts", b"verdicts", "window_s", b"window_s"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

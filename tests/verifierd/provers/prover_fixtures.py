@@ -43,10 +43,12 @@ class Outcome:
     reason: str = ""
     margins: tuple[float, ...] = ()
     decided_at_ns: int = 1_000_000_000
+    #: The request sampled (temperature above 0), so it needed a seed.
+    needs_seed: bool = False
 
 
-def honest(tokens: int = 50, at_ns: int = 1_000_000_000) -> Outcome:
-    return Outcome(verifier_pb2.VERDICT_STATUS_PASS, "", (0.0,) * tokens, at_ns)
+def honest(tokens: int = 50, at_ns: int = 1_000_000_000, *, sampled: bool = False) -> Outcome:
+    return Outcome(verifier_pb2.VERDICT_STATUS_PASS, "", (0.0,) * tokens, at_ns, sampled)
 
 
 def dishonest(tokens: int = 50, at_ns: int = 1_000_000_000) -> Outcome:
@@ -56,7 +58,8 @@ def dishonest(tokens: int = 50, at_ns: int = 1_000_000_000) -> Outcome:
 
 
 def unverifiable(reason: str, at_ns: int = 1_000_000_000) -> Outcome:
-    return Outcome(verifier_pb2.VERDICT_STATUS_UNVERIFIABLE, reason, (), at_ns)
+    """A verdict of ``reason``; a no_seed one is about a request that sampled."""
+    return Outcome(verifier_pb2.VERDICT_STATUS_UNVERIFIABLE, reason, (), at_ns, reason == "no_seed")
 
 
 #: The collector key the fixtures sign checkpoints with.
@@ -145,5 +148,6 @@ class ProverTraffic:
             exact_matches=int(np.count_nonzero(margins == 0)),
             margins_f16=margins.tobytes(),
             decided_at_ns=outcome.decided_at_ns,
+            needs_seed=outcome.needs_seed,
         )
         return VerdictWrite(origin, seq, record_id, sign_verdict(v, self._signer), v)

@@ -45,7 +45,11 @@ class Cli:
 @pytest.fixture
 def cli(served: Served, capsys: pytest.CaptureFixture[str]) -> Cli:
     now = served.clock.now  # the service reports the windows at its own clock
-    served.traffic.send(HONEST, [honest(100, now)] * 3 + [unverifiable("no_seed", now)])
+    # Two greedy responses (they need no seed), one seeded sample, one sample without a seed.
+    served.traffic.send(
+        HONEST,
+        [honest(100, now)] * 2 + [honest(100, now, sampled=True), unverifiable("no_seed", now)],
+    )
     served.traffic.send(CHEAT, [dishonest(50, now)] * 10)
     return Cli(served, capsys)
 
@@ -76,11 +80,12 @@ async def test_show_prints_windows_and_alarms(cli: Cli) -> None:
     assert code == 2 and "ORIGIN/ADDRESS:PORT" in err
 
 
-async def test_show_gives_the_share_of_verdicts_sampled_without_a_seed(cli: Cli) -> None:
+async def test_show_gives_the_share_of_sampled_verdicts_without_a_seed(cli: Cli) -> None:
     _, honest_out, _ = await cli.run("provers", "show", HONEST.label)
     _, cheat_out, _ = await cli.run("provers", "show", CHEAT.label)
-    assert "sampled without a seed: 25.0% of verdicts" in honest_out
-    assert "sampled without a seed: 0.0% of verdicts" in cheat_out
+    # Greedy verdicts are not in the denominator: 1 of the 2 sampled, not 1 of 4.
+    assert "sampled without a seed: 50.0% of 2 sampled verdicts" in honest_out
+    assert "sampled without a seed: 0.0% of 0 sampled verdicts" in cheat_out
 
 
 async def test_clear_needs_the_admin_certificate(cli: Cli) -> None:

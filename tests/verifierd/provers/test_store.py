@@ -94,6 +94,19 @@ def test_verdicts_are_counted_per_prover_by_status_and_reason(verifier: Verifier
     assert verifier.tables.prover(ProverKey("edge", "10.0.0.1", 8001)) is None
 
 
+def test_the_unseeded_share_counts_sampled_verdicts_only(verifier: Verifier) -> None:
+    sampled = [honest(10, sampled=True), unverifiable("no_seed"), unverifiable("no_seed")]
+    verifier.traffic.send(HONEST, [honest(10)] * 5 + sampled)
+    verifier.clock.now = 2 * S
+    for window_s in (3600, 0):
+        window = verifier.window(HONEST, window_s)
+        assert window.needs_seed_verdicts == 3
+        assert window.unseeded_share == pytest.approx(2 / 3)
+        assert window.unverifiable_share == {"no_seed": pytest.approx(2 / 8)}
+    verifier.restart()
+    assert verifier.window(HONEST, 0).unseeded_share == pytest.approx(2 / 3)
+
+
 def test_windows_slide_and_since_first_seen_keeps_everything(verifier: Verifier) -> None:
     verifier.traffic.send(HONEST, [honest(10, at_ns=S)])
     verifier.traffic.send(HONEST, [unverifiable("capture_gap", at_ns=2 * HOUR)])
