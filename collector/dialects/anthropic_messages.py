@@ -225,7 +225,7 @@ class AnthropicMessages(Dialect):
         events = iter(stream.events)
         reader = _StreamReader(view, problems, budget)
         for position, event in enumerate(events, 1):
-            if event.event is None or event.event == "ping":
+            if not event.event or event.event == "ping":
                 continue
             if event.event == "error":
                 reader.error(event.data)

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import hashlib
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
 from veritap.v1 import record_pb2
@@ -44,7 +44,7 @@ from collector.dialects.json_values import (
     load,
     proto_text,
 )
-from collector.dialects.sdk_sse import SdkEvent, SdkStream, sdk_events, simple_stream
+from collector.dialects.sdk_sse import ClientEvent, SdkStream, sdk_events, simple_stream
 from collector.dialects.tool_call_budget import ToolCallBudget
 from collector.http.messages import ResponseMessage
 
@@ -211,7 +211,7 @@ def client_events(response: ResponseMessage) -> SdkStream:
     if not response.gaps:
         simple = simple_stream(response)
         return simple if simple is not None else sdk_events(response.body)
-    return SdkStream(tuple(SdkEvent(e.event or None, e.data) for e in response.sse_events), None)
+    return SdkStream(response.sse_events, None)
 
 
 def stream_data(
@@ -225,16 +225,18 @@ def stream_data(
     stream = client_events(response)
     events = iter(stream.events)
     for position, event in enumerate(events, 1):
-        if event.data.startswith(_DONE):
+        text = event.data
+        if text.startswith(_DONE):
             break
         try:
-            data = load(event.data)
+            data = load(text)
         except JsonError:
             problems.append(f"SSE event {position} is not JSON (the SDK raises there)")
             break
-        if event.event is not None and event.event.startswith(_THREAD_EVENT):
+        name = event.event
+        if name and name.startswith(_THREAD_EVENT):
             continue  # the SDK wraps it as {"data": ..., "event": ...}: no text, no error
-        if is_error(data):
+        if type(data) is dict and data.get("error"):  # `is_error` (json makes plain dicts)
             view.error = fit_text(error_message(data), problems)
             break
         yield data
@@ -245,7 +247,7 @@ def stream_data(
     count_after_end(events, view)
 
 
-def count_after_end(events: Iterator[SdkEvent], view: record_pb2.ApiView) -> None:
+def count_after_end(events: Iterable[ClientEvent], view: record_pb2.ApiView) -> None:
     """Count and hash the events the SDK never reads (see the module docstring)."""
     digest = hashlib.sha256()
     count = 0
@@ -447,12 +449,14 @@ class ChoicesDialect(Dialect):
         extras_delta = extras.delta if extras is not None else None
         bad = 0
         delta_text = self._delta_text
+        has_id = False  # once the view has a response id, later chunks are not read for one
         for chunk in stream_data(response, view, problems):
-            if not isinstance(chunk, dict):
+            if type(chunk) is not dict:  # json makes plain dicts
                 bad += 1
                 continue
-            if not view.response_id:
+            if not has_id:
                 self._header_fields(chunk, view, problems)
+                has_id = bool(view.response_id)
             usage = chunk.get("usage")
             if usage is not None:
                 fill_usage(usage, view)

@@ -17,14 +17,16 @@ layer follows (collector.http.sse), and the two differ where a prover can choose
 `sdk_events` is linear in the body: one strict decode, one split, one pass.
 `simple_stream` skips even that for the body servers send, each piece one event
 of one `data: ` line, which both readings read alike (the HTTP layer says so:
-`ResponseMessage.sse_simple`).
+`ResponseMessage.sse_simple`): it hands on the HTTP layer's events themselves,
+whose unnamed events say `""` where the SDK says None (readers test the name's
+truth, never `is None`).
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
 from collector.http.messages import ResponseMessage
 
@@ -43,11 +45,22 @@ class SdkEvent(NamedTuple):
     data: str
 
 
+class ClientEvent(Protocol):
+    """An event as the dialects read it: an `SdkEvent`, or the HTTP layer's `SseEvent`
+    where the two readings agree (an unnamed event's name is then `""`, not None)."""
+
+    @property
+    def event(self) -> str | None: ...
+
+    @property
+    def data(self) -> str: ...
+
+
 @dataclass(frozen=True, slots=True)
 class SdkStream:
     """The events the SDK yields, and where its decoding raises (None: it never does)."""
 
-    events: tuple[SdkEvent, ...]
+    events: tuple[ClientEvent, ...]
     #: Byte offset of the first byte that is not UTF-8 (the SDK raises on its line).
     undecodable_at: int | None
 
@@ -100,14 +113,14 @@ def simple_stream(response: ResponseMessage) -> SdkStream | None:
     body must be decoded as the SDK decodes it).
 
     Without CR, BOM, comments or fields other than `data: `, the SDK's rules and the
-    specification's agree event for event, and the name is always None."""
+    specification's agree event for event, and every event is unnamed."""
     if not response.sse_simple or response.gaps:
         return None
     try:
         response.body.decode("utf-8")
     except UnicodeDecodeError:
         return None
-    return SdkStream(tuple(_new_event(SdkEvent, (None, e.data)) for e in response.sse_events), None)
+    return SdkStream(response.sse_events, None)
 
 
 def _is_int(value: str) -> bool:
