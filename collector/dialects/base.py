@@ -165,16 +165,6 @@ def set_token_ids(target: record_pb2.TokenIds, ids: list[int]) -> None:
     target.ids.extend(ids)
 
 
-def is_error(chunk: object) -> bool:
-    """Whether the SDK raises on this SSE chunk: a mapping with a truthy `error`.
-
-    A document is an error only by its HTTP status: the SDK parses a 2xx body
-    into its choices whatever `error` it holds (so an `error` a prover adds to a
-    2xx body cannot turn a completion into an unverifiable error).
-    """
-    return isinstance(chunk, dict) and bool(chunk.get("error"))
-
-
 def error_message(document: object) -> str:
     """The error text of an error document (`{"error": {"message": ...}}` and kin)."""
     if isinstance(document, dict):
@@ -236,7 +226,10 @@ def stream_data(
         name = event.event
         if name and name.startswith(_THREAD_EVENT):
             continue  # the SDK wraps it as {"data": ..., "event": ...}: no text, no error
-        if type(data) is dict and data.get("error"):  # `is_error` (json makes plain dicts)
+        # The SDK raises on a chunk that is a mapping with a truthy `error` (json makes
+        # plain dicts). A document is an error only by its HTTP status: the SDK parses a
+        # 2xx body into its choices whatever `error` it holds.
+        if type(data) is dict and data.get("error"):
             view.error = fit_text(error_message(data), problems)
             break
         yield data
