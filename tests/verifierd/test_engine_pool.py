@@ -220,3 +220,24 @@ def test_real_engine_scores_honest_output(tmp_path: Path) -> None:
     good, bad = scored.results
     assert good.difr.score == 0.0 and good.difr.exact_matches == 40
     assert bad.difr.exact_matches == 39 and bad.difr.score > 0
+
+
+@pytest.mark.parametrize(
+    ("config", "block"),
+    [
+        (EnginesConfig(backend=FACTORY), 32),
+        (EnginesConfig(backend=FACTORY, kv_block_size=64), 64),
+        (EnginesConfig(backend=FACTORY, device="cuda", gpu_indices=(0,)), None),
+        (EnginesConfig(backend=FACTORY, device="cuda", gpu_indices=(0,), kv_block_size=32), 32),
+    ],
+)
+def test_engines_start_with_the_configured_kv_block_size(
+    config: EnginesConfig, block: int | None, commitments: list[Commitment], tmp_path: Path
+) -> None:
+    """32-token blocks on CPU unless configured (the search's prefix-cache reuse);
+    vLLM's own default on CUDA."""
+    pool = EnginePool(config)
+    try:
+        assert pool.spec_for(commitments[0], tmp_path).kv_block_size == block
+    finally:
+        pool.close()

