@@ -14,6 +14,11 @@ compute a loaded machine's wall clock hides.
     python bench/detection.py --responses 400 --tokens 300 --dishonest "" --without-ids \\
         [--trained] --workdir WORKDIR          # once: generates and keeps the responses
     python bench/search_cost.py --workdir WORKDIR [--trained] [--kv-block-size 32]
+
+With ``--ids-blocks 32,default`` it times the with-ids path alone at each KV-cache
+block size instead (an engine per size, loaded in turn every round, the rounds
+alternating): whether smaller blocks, which cut the search's recomputed
+positions, slow the plain prefill.
 """
 
 from __future__ import annotations
@@ -134,6 +139,35 @@ def measure_dtype(
     )
 
 
+def measure_ids_blocks(
+    engines: Sequence[EngineSpec], honest: Sequence[detection.Response], rounds: int
+) -> list[Cost]:
+    """The with-ids path on each engine, a round on each in turn; median wall."""
+    ids = detection.with_ids(honest)
+    costs: list[list[Cost]] = [[] for _ in engines]
+    for _ in range(rounds):
+        for engine, done in zip(engines, costs, strict=True):
+            backend = EngineBackend.load(engine)
+            try:
+                score(backend, ids[:4])  # warm-up
+                done.append(measure(backend, ids)[0])
+            finally:
+                backend.close()
+    return [median_cost(c) for c in costs]
+
+
+def print_ids_blocks(
+    model: str, dtype: str, blocks: Sequence[int | None], costs: Sequence[Cost]
+) -> None:
+    print("| model | dtype | KV block | prefill positions | wall (median) | wall / first |")
+    print("|---|---|---:|---:|---:|---:|")
+    for block, cost in zip(blocks, costs, strict=True):
+        print(
+            f"| {model} | {dtype} | {block or 'default'} | {cost.positions} "
+            f"| {cost.wall_s:.2f}s | {cost.wall_s / max(costs[0].wall_s, 1e-9):.2f}x |"
+        )
+
+
 def median_cost(costs: Sequence[Cost]) -> Cost:
     """The counters are the same every round (the same work); the wall's median."""
     return Cost(
@@ -154,6 +188,11 @@ def main() -> int:
     parser.add_argument("--responses", type=int, default=128, help="honest responses per dtype")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--kv-block-size", type=int, default=None)
+    parser.add_argument(
+        "--ids-blocks",
+        default=None,
+        help="time the with-ids path alone at these KV block sizes, e.g. 32,default",
+    )
     parser.add_argument("--dtypes", default="float32,bfloat16")
     args = parser.parse_args()
     with (args.workdir / "responses.pkl").open("rb") as f:
@@ -167,10 +206,15 @@ def main() -> int:
         if trained
         else build_tiny_model(args.workdir / "honest", spec).path
     )
+    model = "trained tiny" if trained else "random tiny"
     rows = []
     for dtype in args.dtypes.split(","):
         honest = [r for r in responses if r.case == f"honest-{dtype}"][: args.responses]
-        if honest:
+        if honest and args.ids_blocks:
+            blocks = [None if b == "default" else int(b) for b in args.ids_blocks.split(",")]
+            engines = [EngineSpec(model_dir, dtype, tokens + 64, kv_block_size=b) for b in blocks]
+            print_ids_blocks(model, dtype, blocks, measure_ids_blocks(engines, honest, args.rounds))
+        elif honest:
             engine = EngineSpec(
                 model_dir=model_dir,
                 dtype=dtype,
@@ -178,7 +222,8 @@ def main() -> int:
                 kv_block_size=args.kv_block_size,
             )
             rows.append(measure_dtype(engine, honest, tokens, args.rounds))
-    model = "trained tiny" if trained else "random tiny"
+    if args.ids_blocks:
+        return 0
     block = args.kv_block_size or "default"
     print(
         "| model | dtype | KV block | responses | ids found exactly | restarts median "
