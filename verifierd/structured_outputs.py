@@ -37,10 +37,15 @@ the token after the one that ends the reasoning (the parser's
 (``include_reasoning: false``: constrained from the first token);
 `StructuredOutput.reasoning_parser` carries that parser to the mask.
 
+A tool parser without a structural-tag model (or with
+``VLLM_ENFORCE_STRICT_TOOL_CALLING`` off) gets vLLM's JSON-schema constraint
+instead (``ToolParser.adjust_request``, ``get_json_schema_from_tools``: named,
+the function's parameters; required, an array of ``{name, parameters}``); one
+that reads forced calls in its own format (``supports_required_and_named``
+false) gets none.
+
 Not replayed (the request stays ``sampler_not_reproducible``): structural tags a
-request sends itself, forced tool choice on a parser without a structural-tag
-model (its grammar is a JSON schema of the calls and its output a JSON
-document, not rebuilt), and a backend other than xgrammar or guidance.
+request sends itself, and a backend other than xgrammar or guidance.
 """
 
 from __future__ import annotations
@@ -249,10 +254,10 @@ def forces_tool_call(request: Mapping[str, Any]) -> bool:
     return bool(request.get("tools")) and (choice == "required" or isinstance(choice, dict))
 
 
-def tool_choice_params(request: Mapping[str, Any], serving: ServingFlags) -> dict[str, Any]:
+def tool_choice_params(request: Mapping[str, Any], serving: ServingFlags) -> dict[str, Any] | None:
     """The StructuredOutputsParams fields vLLM's tool parser sets for a request that
-    `forces_tool_call` (see the module docstring), or StructuredOutputError when
-    they are not rebuilt."""
+    `forces_tool_call` (see the module docstring; None: the parser sets none), or
+    StructuredOutputError when they are not rebuilt."""
     parser = serving.tool_call_parser
     if parser is None or not serving.enable_auto_tool_choice:
         raise StructuredOutputError(
@@ -263,43 +268,55 @@ def tool_choice_params(request: Mapping[str, Any], serving: ServingFlags) -> dic
     from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
     from vllm.exceptions import VLLMError
     from vllm.tool_parsers import ToolParserManager
+    from vllm.tool_parsers.utils import get_json_schema_from_tools
+
+    try:
+        parser_cls = ToolParserManager.get_tool_parser(parser)
+    except KeyError as exc:
+        raise StructuredOutputError(f"vLLM has no tool parser {parser!r}") from exc
+    # The fields the constraint is built from (the messages need not be at hand).
+    fields = {
+        k: request[k] for k in ("tools", "tool_choice", "parallel_tool_calls") if k in request
+    }
+    try:
+        parsed: Any = ChatCompletionRequest.model_validate({"messages": [], **fields})
+        if parser_cls.structural_tag_model is not None and envs.VLLM_ENFORCE_STRICT_TOOL_CALLING:
+            return _structural_tag_params(parsed, parser_cls, serving)
+        if not parser_cls.supports_required_and_named:
+            return None
+        # ToolParser.adjust_request: a JSON schema of the calls (named: the arguments).
+        schema = get_json_schema_from_tools(
+            tool_choice=parsed.tool_choice,
+            tools=parsed.tools,
+            parallel_tool_calls=parsed.parallel_tool_calls,
+        )
+    except (ValueError, TypeError, KeyError, AttributeError, VLLMError) as exc:
+        # (vLLM's own validators index malformed tools: its server fails them too.)
+        raise StructuredOutputError(f"vLLM refuses the tools: {exc!r}") from exc
+    return None if schema is None else {"json": schema}
+
+
+def _structural_tag_params(parsed: Any, parser_cls: Any, serving: ServingFlags) -> dict[str, Any]:
+    """The structural tag of ``Parser._apply_structural_tag`` for a forced tool choice."""
     from vllm.tool_parsers.structural_tag_registry import (
         get_model_structural_tag,
         limit_to_single_tool_call,
     )
     from vllm.tool_parsers.tool_strict_level import ToolStrictLevel
 
-    try:
-        parser_cls = ToolParserManager.get_tool_parser(parser)
-    except KeyError as exc:
-        raise StructuredOutputError(f"vLLM has no tool parser {parser!r}") from exc
-    model = parser_cls.structural_tag_model
-    if model is None or not envs.VLLM_ENFORCE_STRICT_TOOL_CALLING:
-        raise StructuredOutputError(
-            f"tool parser {parser!r} constrains a forced tool call with a JSON schema of "
-            "the calls, which is not replayed"
-        )
-    # The fields the tag is built from (the messages need not be at hand).
-    fields = {
-        k: request[k] for k in ("tools", "tool_choice", "parallel_tool_calls") if k in request
-    }
-    try:
-        parsed = ChatCompletionRequest.model_validate({"messages": [], **fields})
-    except (ValueError, TypeError, KeyError, AttributeError, VLLMError) as exc:
-        # (vLLM's own validators index malformed tools: its server fails them too.)
-        raise StructuredOutputError(f"vLLM refuses the request: {exc}") from exc
     level = ToolStrictLevel.from_name(serving.tool_strict_level)
     if level == ToolStrictLevel.AUTO and parser_cls.default_tool_strict_level is not None:
         level = parser_cls.default_tool_strict_level
     single_call = parsed.parallel_tool_calls is False
     if single_call:
         level = max(level, ToolStrictLevel.FUNCTION)
-    try:
-        tag = get_model_structural_tag(
-            model, parsed.tools, parsed.tool_choice, reasoning=False, strict_level=level
-        )
-    except (ValueError, TypeError, KeyError, VLLMError) as exc:
-        raise StructuredOutputError(f"vLLM refuses the tools: {exc!r}") from exc
+    tag = get_model_structural_tag(
+        parser_cls.structural_tag_model,
+        parsed.tools,
+        parsed.tool_choice,
+        reasoning=False,
+        strict_level=level,
+    )
     if tag is None:
         raise StructuredOutputError("vLLM builds no structural tag for the tools")
     if single_call:

@@ -143,6 +143,8 @@ def test_the_engine_setting_round_trips_and_checks_versions() -> None:
 
 
 HERMES = ServingFlags.of(enable_auto_tool_choice=True, tool_call_parser="hermes")
+#: A tool parser without a structural-tag model: vLLM's JSON-schema constraint.
+PYTHONIC = ServingFlags.of(enable_auto_tool_choice=True, tool_call_parser="pythonic")
 TOOL = {
     "type": "function",
     "function": {"name": "f", "parameters": {"type": "object", "properties": {"a": {}}}},
@@ -161,22 +163,26 @@ tool_choices = (
     st.fixed_dictionaries(
         {"tools": st.lists(tool_values, max_size=3) | json_values, "tool_choice": tool_choices},
         optional={"parallel_tool_calls": json_values, "response_format": json_values},
-    )
+    ),
+    st.sampled_from([HERMES, PYTHONIC]),
 )
-def test_any_forced_tool_choice_gives_a_structural_tag_or_a_clear_refusal(
-    request: dict[str, Any],
+def test_any_forced_tool_choice_gives_a_constraint_or_a_clear_refusal(
+    request: dict[str, Any], serving: ServingFlags
 ) -> None:
     tool_choice_params({"tools": [TOOL], "tool_choice": "required"}, HERMES)  # vLLM imported
     if not forces_tool_call(request):
         return
     with cpu_bound(budget(len(json.dumps(request)))):
         try:
-            fields = tool_choice_params(request, HERMES)
+            fields = tool_choice_params(request, serving)
         except StructuredOutputError as exc:
             assert str(exc)
             return
-    assert set(fields) == {"structural_tag"}
-    assert json.loads(fields["structural_tag"])["type"] == "structural_tag"
+    if serving is HERMES:
+        assert fields is not None and set(fields) == {"structural_tag"}
+        assert json.loads(fields["structural_tag"])["type"] == "structural_tag"
+    else:
+        assert fields is not None and isinstance(fields["json"], dict)
 
 
 def test_commitments_record_the_backend_and_older_files_keep_their_ids(tmp_path: Path) -> None:

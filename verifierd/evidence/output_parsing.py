@@ -29,7 +29,9 @@ the request first).
   content``; tool calls are rebuilt for ``hermes`` in the two forms its grammar
   (``structural_tag_model = "hermes"``) allows, ``<tool_call>\\n{json}\\n</tool_call>``
   and ``<tool_call>{json}</tool_call>``, the calls back to back or a newline
-  apart, the arguments as received. Other tool parsers, and reasoning the
+  apart, the arguments as received; a named tool choice on a parser that reads
+  it as JSON (no structural tag) is its arguments as received. Other tool
+  parsers, a required tool choice read as JSON, and reasoning the
   request asked to leave out (``include_reasoning: false``), need the ids:
   without them the choice is UNVERIFIABLE.
 
@@ -224,6 +226,8 @@ class OutputParser:
         calls = received.tool_calls
         if not calls:
             return [received.content]
+        if self._named_call_is_the_output():
+            return [received.content + "".join(call.arguments for call in calls)]
         if self._serving.tool_call_parser not in RECONSTRUCTED_TOOL_PARSERS:
             return None
         separators = ("", "\n") if len(calls) > 1 else ("",)
@@ -231,6 +235,18 @@ class OutputParser:
             received.content + separator.join(_hermes_call(call, wrap) for call in calls)
             for wrap, separator in itertools.product(("\n", ""), separators)
         ]
+
+    def _named_call_is_the_output(self) -> bool:
+        """Whether the server reads a named tool choice's output whole as the call's
+        arguments (a tool parser without a structural tag: its JSON-schema path)."""
+        from vllm.entrypoints.openai.chat_completion.protocol import (
+            ChatCompletionNamedToolChoiceParam,
+        )
+
+        tool_parser = getattr(self._parser_cls, "tool_parser_cls", None)
+        return isinstance(self._request.tool_choice, ChatCompletionNamedToolChoiceParam) and bool(
+            getattr(tool_parser, "supports_required_and_named", False)
+        )
 
     def _reasoning_joins(self, reasoning: str) -> list[str] | None:
         """What precedes the content: the reasoning with its delimiters, in each way

@@ -391,6 +391,31 @@ def test_a_grammar_from_the_first_token_on_a_reasoning_server(backend: EngineBac
     assert "prompt ends the reasoning" in result.finding.detail
 
 
+PYTHONIC = replace(TOOLS_ONLY, tool_call_parser="pythonic")
+
+
+def test_forced_calls_on_a_parser_without_a_structural_tag_get_a_json_schema(
+    backend: EngineBackend,
+) -> None:
+    required = _adjustments(PYTHONIC, _body(tool_choice="required")).structured_output
+    assert required is not None and required.params()["json"]["type"] == "array"
+    body = _body(seed=9, tool_choice=NAMED)
+    adjustments = _adjustments(PYTHONIC, body)
+    assert adjustments.structured_output is not None
+    assert adjustments.structured_output.params() == {"json": TOOLS[0]["function"]["parameters"]}
+    # The whole output is the call's arguments (what the scripted model writes under
+    # the schema is up to the grammar).
+    honest = _honest(backend, PYTHONIC, body, adjustments)
+    [call] = honest.evidence.tool_calls
+    assert call.name == "get_weather" and honest.raw == call.arguments
+    found = _score(backend, honest, honest.evidence)
+    assert found.finding is None and found.difr.score == 0.0
+    assert _score(backend, honest, _claiming(honest)).finding is None
+    edited = (ToolCallView("get_weather", '{"city": "Rome"}'),)
+    lied = _score(backend, honest, _claiming(honest, tool_calls=edited))
+    assert lied.finding is not None and lied.finding.reason.value == "token_text_mismatch"
+
+
 def _structural_tag(serving: ServingFlags, request_json: str) -> str:
     structured = _adjustments(serving, request_json).structured_output
     assert structured is not None
@@ -409,7 +434,6 @@ def test_forced_tool_choice_is_rebuilt_or_refused_with_its_reason() -> None:
     assert '"stop_after_first": true' in _structural_tag(TOOLS_ONLY, single)
     refusals = [
         (VLLM_DEFAULTS, body, "without the server's tool parser"),
-        (replace(TOOLS_ONLY, tool_call_parser="pythonic"), body, "JSON schema of the calls"),
         (TOOLS_ONLY, _body(tool_choice={**NAMED, "function": {"name": "x"}}), "does not match"),
     ]
     for serving, request_json, match in refusals:
