@@ -30,6 +30,11 @@ MAX_EVENTS = 1 << 20
 _TERMINATOR = re.compile(rb"\r\n|\r|\n")
 _FIELD_START = re.compile(rb"(?:data|event|id|retry)(?::|\r|\n)|:|\r|\n")
 _BOM = b"\xef\xbb\xbf"
+# Bytes tested for as integers: `b"\r" in data` costs a raised and cleared TypeError first.
+_CR = 0x0D
+_LF = 0x0A
+# The first byte of every line besides `data` that can change anything: `event`, `id`.
+_EVENT_OR_ID_INITIAL = frozenset(b"ei")
 
 
 class SseEvent(NamedTuple):
@@ -66,6 +71,7 @@ class SseParser:
         self._data: list[bytes] = []
         self._event = b""
         self._last_id = ""  # decoded once when set: every later event carries it
+        self._last_id_bytes = b""  # what it was decoded from (the same id is not decoded again)
         self._event_ts = 0
         #: Every piece so far was one whole event of one `data: ` line without CR (what
         #: servers send): then openai-python's decoder reads these same events.
@@ -76,7 +82,7 @@ class SseParser:
             data[:6] == b"data: "
             and data[-2:] == b"\n\n"
             and data.count(b"\n") == 2
-            and b"\r" not in data
+            and _CR not in data
             and not self._bom
             and not (self._partial or self._data or self._event or self._resync)
             and not (self._after_cr or self._overlong or self._dropping)
@@ -134,11 +140,11 @@ class SseParser:
             data = self._skip_to_field(data)
             if not data:
                 return
-        if b"\n" not in data and b"\r" not in data:
+        if _LF not in data and _CR not in data:
             self._continue_line(data)
             self._event_ts = max(self._event_ts, ts_ns)
             return
-        if b"\r" in data:
+        if _CR in data:
             lines = _TERMINATOR.split(data)
             if data.endswith(b"\r"):
                 self._after_cr = True
@@ -168,8 +174,9 @@ class SseParser:
                 event_ts = ts_ns
             elif line[:5] == b"data:":
                 data_lines.append(line[6:] if line[5:6] == b" " else line[5:])
-            else:
+            elif line[0] in _EVENT_OR_ID_INITIAL or line == b"data":
                 self._field(line)
+            # Any other line (a comment, `retry`, an unknown field) changes nothing.
         if last:
             self._continue_line(last)
         self._event_ts = event_ts if data_lines or self._event or self._partial else 0
@@ -202,9 +209,8 @@ class SseParser:
         return data[match.end() :]
 
     def _field(self, line: bytes) -> None:
-        """A non-blank line other than `data:` (the common case is handled inline)."""
-        if line[0] == 0x3A:
-            return
+        """A line that may be `data` without a colon, `event` or `id` (`data:` lines are
+        handled inline, and no other line changes anything)."""
         colon = line.find(b":")
         if colon < 0:
             name, value = line, b""
@@ -216,7 +222,8 @@ class SseParser:
             self._data.append(value)
         elif name == b"event":
             self._event = value
-        elif name == b"id" and b"\x00" not in value:
+        elif name == b"id" and 0 not in value and value != self._last_id_bytes:
+            self._last_id_bytes = value
             self._last_id = value.decode("utf-8", "replace")
 
     def _dispatch(self) -> None:

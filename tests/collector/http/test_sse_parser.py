@@ -170,3 +170,44 @@ def test_segments_of_one_event_each_read_as_byte_by_byte(pieces: list[bytes]) ->
             bytewise.feed(piece[at : at + 1], ts)
     assert whole.events == bytewise.events
     assert whole.dropped_events == bytewise.dropped_events
+
+
+def _spec_events(lines: list[bytes]) -> list[tuple[str, str, str]]:
+    """The WHATWG rules, line by line, for LF-terminated lines (name, data, id of each)."""
+    events: list[tuple[str, str, str]] = []
+    name, data, last_id = b"", [], b""
+    for line in lines:
+        if not line:
+            if data:
+                events.append((name.decode(), b"\n".join(data).decode(), last_id.decode()))
+            name, data = b"", []
+            continue
+        field, colon, value = line.partition(b":")
+        if colon and value[:1] == b" ":
+            value = value[1:]
+        if field == b"data":
+            data.append(value)
+        elif field == b"event":
+            name = value
+        elif field == b"id" and b"\x00" not in value:
+            last_id = value
+    return events
+
+
+_LINES = st.sampled_from(
+    [b"", b"d", b"da", b"data", b"data:", b"data: x", b"datax: 1", b"e", b"ev", b"event",
+     b"event: e", b"eventx", b"i", b"id", b"id: 7", b"id:8", b"id: \x00", b"idx", b":", b": c",
+     b"retry: 1", b"x: y", b"data:y"]
+)  # fmt: skip
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_LINES, max_size=40), st.integers(1, 64))
+def test_every_kind_of_line_reads_as_the_specification_says(
+    lines: list[bytes], segment: int
+) -> None:
+    """Lines that name no field the parser keeps (prefixes of `data`, `event`, `id`,
+    comments, `retry`, unknown names) change nothing; a repeated id is the same id."""
+    stream = b"".join(line + b"\n" for line in lines)
+    events = parse([stream[at : at + segment] for at in range(0, len(stream), segment)])
+    assert [(e.event, e.data, e.id) for e in events] == _spec_events(lines)
