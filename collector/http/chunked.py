@@ -28,6 +28,9 @@ _SIZE_LINE = re.compile(rb"([0-9A-Fa-f]{1,%d})[ \t]*(?:;[^\r]*)?\r?\n" % MAX_SIZ
 # The line servers send (digits, CRLF), matched in place: a line `_SIZE_LINE` reads alike.
 _PLAIN_SIZE_LINE = re.compile(rb"([0-9A-Fa-f]{1,%d})\r\n" % MAX_SIZE_DIGITS).match
 _NOT_A_LINE = -1
+# Whole trailer lines that are not the blank one ending the body, each at most the line cap:
+# skipped in one match (no nested repetition: a line ends at its only LF).
+_TRAILER_LINES = re.compile(rb"(?:(?!\r?\n)[^\n]{0,%d}\n)*" % MAX_LINE_BYTES).match
 
 
 def chunk_size(line: bytes) -> int | None:
@@ -69,7 +72,11 @@ class ChunkFramer:
                 pos += need
                 state = _SIZE
                 continue
-            if state == _SIZE and not self._line:
+            if state == _TRAILER and not self._line:
+                pos = _TRAILER_LINES(data, pos).end()  # what the line loop below would skip
+                if pos == size:
+                    break
+            elif state == _SIZE and not self._line:
                 plain = _PLAIN_SIZE_LINE(data, pos)
                 if plain is not None:
                     pos = plain.end()

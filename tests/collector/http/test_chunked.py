@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from collector.http.chunked import ChunkBoundarySearch, ChunkFramer, chunk_size
+from collector.http.chunked import MAX_LINE_BYTES, ChunkBoundarySearch, ChunkFramer, chunk_size
 from collector.http.errors import ChunkFramingError
 from tests.cpu_bound import budget, cpu_bound
 
@@ -147,3 +147,51 @@ def test_boundary_search_over_256_kib_is_linear(unit: bytes) -> None:
 @pytest.mark.parametrize("line", [b"abc\r\r\n", b"6\r\r\n", b"1;e\r\r\n", b"1;\re\r\n"])
 def test_a_bare_cr_before_the_line_end_makes_no_chunk_size_line(line: bytes) -> None:
     assert chunk_size(line) is None
+
+
+def _reference_trailers_end(trailers: bytes) -> int | None:
+    """Where the trailer section ends (after its blank line), -1 for a line over 16 KiB,
+    None when the bytes end first."""
+    pos = 0
+    while True:
+        newline = trailers.find(b"\n", pos)
+        if newline - pos > MAX_LINE_BYTES or (newline < 0 and len(trailers) - pos > MAX_LINE_BYTES):
+            return -1
+        if newline < 0:
+            return None
+        line, pos = trailers[pos : newline + 1], newline + 1
+        if line in (b"\r\n", b"\n"):
+            return pos
+
+
+_TRAILER_PIECES = st.lists(
+    st.sampled_from(
+        [b"T: 1\r\n", b"0\r\n", b"\r\r\n", b"\r", b"x", b"\n", b"\r\n", b"a" * 9000, b";"]
+    ),
+    max_size=12,
+).map(b"".join)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_TRAILER_PIECES, st.lists(st.integers(0, 40000), max_size=5))
+def test_trailer_lines_end_at_the_first_blank_line_however_split(
+    trailers: bytes, cuts: list[int]
+) -> None:
+    """Trailer lines are skipped up to the blank line; a line over 16 KiB is an error."""
+    head = b"3\r\nabc\r\n0\r\n"
+    data = head + trailers
+    expected = _reference_trailers_end(trailers)
+    framer = ChunkFramer()
+    consumed = 0
+    try:
+        for piece in _split(data, cuts):
+            consumed += framer.advance(piece, 0)
+            if framer.done:
+                break
+    except ChunkFramingError:
+        assert expected == -1
+        return
+    if expected is None or expected == -1:
+        assert not framer.done and expected is None
+    else:
+        assert framer.done and consumed == framer.wire_bytes == len(head) + expected
