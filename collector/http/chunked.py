@@ -73,7 +73,9 @@ class ChunkFramer:
                 state = _SIZE
                 continue
             if state == _TRAILER and not self._line:
-                pos = _TRAILER_LINES(data, pos).end()  # what the line loop below would skip
+                skipped = _TRAILER_LINES(data, pos)  # what the line loop below would skip
+                assert skipped is not None  # a repetition matches, if only the empty string
+                pos = skipped.end()
                 if pos == size:
                     break
             elif state == _SIZE and not self._line:
