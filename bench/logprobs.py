@@ -12,15 +12,21 @@ tokenization search). Reported: wall clock of each, their ratio, and the
 largest honest deviation next to the dtype's tolerance floor
 (verifierd.calibration.logprobs_tolerance_floor).
 
+The processed modes (float32 only) are judged the same way, their honest claims
+computed on CPU by transformers with vLLM's sampler steps
+(tests/verifierd/logprobs_reference.py); the requests sample with ``--top-k``,
+so ``processed_logprobs`` records k + 1 entries per row instead of N + 1.
+
 Each scoring runs three times with the prefix cache reset before it; the median
 round is reported.
 
-    python bench/logprobs.py [--requests 16] [--tokens 200] [--top 5]
+    python bench/logprobs.py [--requests 16] [--tokens 200] [--top 5] [--top-k 20]
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import statistics
 import sys
@@ -33,6 +39,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "protos")]
 
+from tests.verifierd.logprobs_reference import chat_claim, mode_values, model_logits  # noqa: E402
 from verifierd.calibration import logprobs_tolerance_floor  # noqa: E402
 from verifierd.difr import SamplingSettings  # noqa: E402
 from verifierd.engine.backend import EngineBackend, EngineSpec, ScoreRequest  # noqa: E402
@@ -45,7 +52,9 @@ PROFILE = "vllm-cpu-splitmix"
 REPEATS = 3
 
 
-def _honest(backend: EngineBackend, n: int, tokens: int, top: int) -> list[ChoiceEvidence]:
+def _honest(
+    backend: EngineBackend, n: int, tokens: int, top: int, top_k: int
+) -> list[ChoiceEvidence]:
     """Seeded answers with the logprobs vLLM's server would state for them."""
     llm = backend._llm
     bodies = [
@@ -54,6 +63,7 @@ def _honest(backend: EngineBackend, n: int, tokens: int, top: int) -> list[Choic
             "messages": [{"role": "user", "content": f"Question {i}: what is a socket?"}],
             "seed": i,
             "temperature": 1.0,
+            "top_k": top_k,
             "max_tokens": tokens,
             "ignore_eos": True,
             "logprobs": True,
@@ -97,17 +107,38 @@ def _honest(backend: EngineBackend, n: int, tokens: int, top: int) -> list[Choic
     return out
 
 
-def _requests(evidence: list[ChoiceEvidence]) -> list[ScoreRequest]:
-    sampling = [
-        SamplingSettings(
-            temperature=1.0, top_k=-1, top_p=1.0, seed=json.loads(e.request_json)["seed"]
-        )
-        for e in evidence
-    ]
+def _sampling(e: ChoiceEvidence) -> SamplingSettings:
+    body = json.loads(e.request_json)
+    return SamplingSettings(temperature=1.0, top_k=body["top_k"], seed=body["seed"])
+
+
+def _requests(evidence: list[ChoiceEvidence], mode: str) -> list[ScoreRequest]:
     return [
-        ScoreRequest(f"r{i}", e.claimed_prompt_ids or (), e.claimed_output_ids or (), s, evidence=e)
-        for i, (e, s) in enumerate(zip(evidence, sampling, strict=True))
+        ScoreRequest(
+            f"r{i}",
+            e.claimed_prompt_ids or (),
+            e.claimed_output_ids or (),
+            _sampling(e),
+            evidence=e,
+            logprobs_mode=mode,
+        )
+        for i, e in enumerate(evidence)
     ]
+
+
+def _restated(
+    backend: EngineBackend, model: Path, honest: list[ChoiceEvidence], mode: str, top: int
+) -> list[ChoiceEvidence]:
+    """``honest`` with the claims a server in ``mode`` would make, computed on CPU."""
+    if mode == "raw_logprobs":
+        return honest
+    out = []
+    for e in honest:
+        prompt, output = e.claimed_prompt_ids or (), e.claimed_output_ids or ()
+        values = mode_values(model_logits(model, prompt, output), mode, _sampling(e))
+        claim = chat_claim(values, output, top, backend._llm.get_tokenizer())
+        out.append(replace(e, claimed_logprobs=claim))
+    return out
 
 
 def _timed(backend: EngineBackend, requests: list[ScoreRequest]) -> tuple[float, list[Any]]:
@@ -124,20 +155,24 @@ def _run(dtype: str, args: argparse.Namespace, work: Path) -> list[tuple[str, ..
     model = build_tiny_model(work / dtype, TinyModelSpec(dtype=dtype))
     backend = EngineBackend.load(EngineSpec(model.path, dtype=dtype, max_model_len=1024))
     rows = []
+    modes = args.modes if dtype == "float32" else ["raw_logprobs"]
     try:
-        honest = _honest(backend, args.requests, args.tokens, args.top)
-        for how, strip in (("ids", {}), ("text", {"claimed_output_ids": None})):
-            claimed = [replace(e, **strip) for e in honest]
+        honest = _honest(backend, args.requests, args.tokens, args.top, args.top_k)
+        for mode, how in itertools.product(modes, ("ids", "text")):
+            stated = _restated(backend, model.path, honest, mode, args.top)
+            strip = {"claimed_output_ids": None} if how == "text" else {}
+            claimed = [replace(e, **strip) for e in stated]
             plain = [replace(e, claimed_logprobs=None) for e in claimed]
-            backend.score(_requests(claimed[:1]), PROFILE, 10.0)  # warm-up
-            reference, _ = _timed(backend, _requests(plain))
-            checked, results = _timed(backend, _requests(claimed))
+            backend.score(_requests(claimed[:1], mode), PROFILE, 10.0)  # warm-up
+            reference, _ = _timed(backend, _requests(plain, mode))
+            checked, results = _timed(backend, _requests(claimed, mode))
             findings = [r.finding for r in results if r.finding is not None]
             deviation = max((r.logprobs.largest for r in results if r.logprobs), default=0.0)
             compared = sum(r.logprobs is not None for r in results)
             rows.append(
                 (
                     dtype,
+                    mode,
                     how,
                     f"{reference:.2f}",
                     f"{checked:.2f}",
@@ -158,10 +193,18 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=16)
     parser.add_argument("--tokens", type=int, default=200)
     parser.add_argument("--top", type=int, default=5)
+    parser.add_argument("--top-k", type=int, default=20, help="the requests' top_k")
+    parser.add_argument(
+        "--modes",
+        nargs="+",
+        default=["raw_logprobs", "processed_logits", "processed_logprobs"],
+        help="--logprobs-mode values judged (processed ones on float32 only)",
+    )
     parser.add_argument("--dtypes", nargs="+", default=["float32", "bfloat16"])
     args = parser.parse_args()
     header = (
         "dtype",
+        "mode",
         "ids",
         "reference s",
         "with logprobs s",
@@ -178,11 +221,11 @@ def main() -> None:
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
     for r in [header, *rows]:
         print("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)))
-    worst = max(float(r[4].rstrip("x")) for r in rows)
-    margins = ", ".join(f"{r[0]}/{r[1]} {r[7]} (floor {r[8]})" for r in rows)
+    worst = max(float(r[5].rstrip("x")) for r in rows)
+    margins = ", ".join(f"{r[0]}/{r[1]}/{r[2]} {r[8]} (floor {r[9]})" for r in rows)
     print(
         f"result: checking {args.top} top logprobs costs at most {worst:.2f}x the scoring "
-        f"without them; findings on honest answers: {sum(int(r[6]) for r in rows)}; "
+        f"without them; findings on honest answers: {sum(int(r[7]) for r in rows)}; "
         f"largest honest deviations {margins}"
     )
 
