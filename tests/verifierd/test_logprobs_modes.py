@@ -11,6 +11,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tests.verifierd.logprobs_reference import mode_values
 from verifierd.difr import SamplingSettings
@@ -129,3 +131,33 @@ def test_a_tie_at_the_kth_value_is_not_normalised() -> None:
     tied[0, 2] = tied[0, 1]
     assert replay.derive(LogprobRows(rows.job_id, 0, rows.top_ids, tied, rows.sampled)) is None
     assert replay.derive(rows) is not None
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    seed=st.integers(0, 2**31 - 1),
+    temperature=st.floats(0.05, 3.0),
+    top_k=st.one_of(st.just(-1), st.integers(1, MAX_NORMALISED_TOP_K)),
+    mode=st.sampled_from(["processed_logits", "processed_logprobs"]),
+)
+def test_any_replayed_sampling_derives_vllms_values(
+    seed: int, temperature: float, top_k: int, mode: str
+) -> None:
+    logits = torch.randn(ROWS, WIDTH, generator=torch.Generator().manual_seed(seed)) * 4
+    sampling = SamplingSettings(temperature=temperature, top_k=top_k)
+    replay = mode_replay(mode, sampling, NEUTRAL, TOP)
+    if replay is None:  # processed_logprobs at T != 1 without a top-k: not determined
+        assert mode == "processed_logprobs" and top_k == -1
+        return
+    output = tuple(int(t) for t in logits.argmax(dim=1))
+    recorder = LogprobRecorder("j", replay.spec(), PROMPT_LEN, 0)
+    rows = torch.arange(ROWS, dtype=torch.float32).unsqueeze(1)
+    recorder.wrap(lambda hidden: logits[hidden.long().squeeze(1)], (0,) * 4 + output)(rows)
+    derived = replay.derive(recorder.rows())
+    assert derived is not None
+    expected = mode_values(logits, mode, sampling).clamp(min=-9999.0)
+    ids = torch.from_numpy(derived.top_ids[:, : TOP + 1])
+    got = np.maximum(derived.top_values[:, : TOP + 1], -9999.0)
+    assert np.abs(got - expected.gather(1, ids).numpy()).max() <= 1e-6
+    scored = expected[torch.arange(ROWS), torch.tensor(output)].numpy()
+    assert np.abs(np.maximum(derived.sampled, -9999.0) - scored).max() <= 1e-6
