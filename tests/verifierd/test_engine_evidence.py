@@ -21,6 +21,7 @@ import pytest
 from tests.conftest import MAY_TRAIN, TinyModels, TrainedModels
 from verifierd.difr import SamplingSettings
 from verifierd.engine.backend import EngineBackend, EngineSpec, GenerateRequest, ScoreRequest
+from verifierd.engine.pool import CPU_KV_BLOCK_SIZE
 from verifierd.evidence.client_view import CHAT, COMPLETIONS, ChoiceEvidence
 from verifierd.evidence.vllm_views import decode_output, end_tokens, render_request
 from verifierd.tiny_model import TinyModel
@@ -166,7 +167,9 @@ def backend(
 ) -> Iterator[EngineBackend]:
     pytest.importorskip("vllm")
     model: TinyModel = tiny_models.get() if request.param == "random" else trained_tiny_models.get()
-    b = EngineBackend.load(EngineSpec(model_dir=model.path, max_model_len=512))
+    # The daemon's CPU block size: the search's rounds meet the prefix cache as there.
+    spec = EngineSpec(model_dir=model.path, max_model_len=512, kv_block_size=CPU_KV_BLOCK_SIZE)
+    b = EngineBackend.load(spec)
     yield b
     b.close()
 
