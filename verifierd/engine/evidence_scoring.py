@@ -270,7 +270,7 @@ class EvidenceResolver:
         ids = [int(i) for i in tokenizer.encode(known, add_special_tokens=False)]
         if set(ids) & set(tokenizer.get_added_vocab().values()):
             return None
-        at = grammar.first_violation(ids)
+        at = grammar.first_violation(ids, after_reasoning=True)
         if at is None:
             return None
         detail = "the received text leaves the request's grammar: " + describe_violation(

@@ -167,10 +167,14 @@ class Grammar:
     def bitmask(self, rows: int) -> torch.Tensor:
         return torch.as_tensor(self._backend.allocate_token_bitmask(rows))
 
-    def first_violation(self, output: Sequence[int]) -> int | None:
+    def first_violation(
+        self, output: Sequence[int], *, after_reasoning: bool = False
+    ) -> int | None:
         """The first position of ``output`` whose token the grammar does not allow
-        there, or None when the whole output follows the grammar."""
-        masks = GrammarMasks(self)
+        there, or None when the whole output follows the grammar. ``after_reasoning``:
+        ``output`` is what follows the reasoning (the received content), where the
+        grammar applies from its first token."""
+        masks = GrammarMasks(self, after_reasoning=after_reasoning)
         ids = np.asarray(output, dtype=np.int64)
         masks.rows(0, len(ids), ids)
         return masks.violation
@@ -179,15 +183,17 @@ class Grammar:
 class GrammarMasks:
     """The grammar's mask rows along one output (`TokenMasks` of verifierd.logit_adjustments)."""
 
-    def __init__(self, grammar: Grammar) -> None:
+    def __init__(self, grammar: Grammar, *, after_reasoning: bool = False) -> None:
         self._grammar = grammar
+        self._after_reasoning = after_reasoning
         self._matcher = grammar.matcher()
         #: Output tokens consumed (by the gate, then the matcher).
         self._position = 0
         #: Where the output left the grammar (None: it has not).
         self.violation: int | None = None
         #: The output while the reasoning lasts (None: the grammar applies).
-        self._reasoning: list[int] | None = None if grammar.gate is None else []
+        self._reasoning: list[int] | None = None
+        self._restart_reasoning()
 
     def fill(self, x: torch.Tensor, start: int, output: npt.NDArray[np.int64]) -> None:
         import xgrammar as xgr
@@ -199,7 +205,7 @@ class GrammarMasks:
         """Bitmask rows (int32, xgrammar's layout) of output positions [start, start + n)."""
         if start < self._position:
             self._matcher, self._position, self.violation = self._grammar.matcher(), 0, None
-            self._reasoning = None if self._grammar.gate is None else []
+            self._restart_reasoning()
         bitmask = self._grammar.bitmask(max(n, 1))
         self._advance(start, output, bitmask)
         for row in range(n):
@@ -207,6 +213,10 @@ class GrammarMasks:
             if start + row < len(output):
                 self._accept(int(output[start + row]), bitmask[row])
         return bitmask[:n]
+
+    def _restart_reasoning(self) -> None:
+        gated = self._grammar.gate is not None and not self._after_reasoning
+        self._reasoning = [] if gated else None
 
     def _advance(self, to: int, output: npt.NDArray[np.int64], scratch: torch.Tensor) -> None:
         while self._position < to:

@@ -361,6 +361,13 @@ def test_the_grammar_waits_for_the_end_of_the_reasoning(backend: EngineBackend) 
     sentence = tokenizer.encode("<think>R</think>Let me check.", add_special_tokens=False)
     at = compiler.compile(structured, [tokenizer.eos_token_id]).first_violation(sentence)
     assert at == sentence.index(tokenizer.convert_tokens_to_ids("</think>")) + 1
+    # The received content follows the reasoning: the grammar applies from its start.
+    assert (
+        compiler.compile(structured, [tokenizer.eos_token_id]).first_violation(
+            tokenizer.encode("Let me check.", add_special_tokens=False), after_reasoning=True
+        )
+        == 0
+    )
     # include_reasoning false: vLLM constrains from the first token.
     hidden = _adjustments(SERVING, _body(tool_choice="required", include_reasoning=False))
     assert hidden.structured_output is not None
