@@ -7,14 +7,20 @@ not captured, so what the proxy forwards is not recorded a second time.
 `collector run` captures both doors live on ``lo``; `verifierd run` judges
 the records after the demo's calibration (`verifierd calibrate --apply` on
 honest traffic through the relay). Every process and thread is stopped on exit.
+
+Several tests may share one pipeline (tests/e2e/pipeline_pool.py): each reads it
+through `LivePipeline.from_now`, which sees only the verdicts of the requests it
+sent from then on, so another test's records (even late ones) never reach its
+assertions.
 """
 
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
 
@@ -64,6 +70,16 @@ class Judged:
 
 
 @dataclass(frozen=True)
+class _Exchange:
+    """What a judged record says of its exchange: the request's ``user`` (None when it
+    named none), when its first byte was captured, and the door it went through."""
+
+    user: str | None
+    request_first_byte_ns: int
+    server_port: int
+
+
+@dataclass(frozen=True)
 class LivePipeline:
     group: ProcessGroup
     #: Base URLs (ending in /v1) of the two doors.
@@ -74,6 +90,14 @@ class LivePipeline:
     verifier: str
     calibration: Calibration
     timeout_s: float
+    #: Only requests whose first byte was captured from then on (time.time_ns()) count.
+    since_ns: int = 0
+    #: The exchanges of the records read so far, by record id (shared by every view).
+    _exchanges: dict[str, _Exchange] = field(default_factory=dict, compare=False, repr=False)
+
+    def from_now(self) -> LivePipeline:
+        """This pipeline as seen by a test starting now: the verdicts of its own requests."""
+        return replace(self, since_ns=time.time_ns())
 
     def wait_for(self, users: Collection[str]) -> dict[str, Judged]:
         """The terminal verdicts of the requests named ``users``, once all have one."""
@@ -87,31 +111,50 @@ class LivePipeline:
         return {user: seen[user] for user in users}
 
     def _judged_since(self, seen: Mapping[str, Judged]) -> dict[str, Judged]:
-        """Terminal verdicts of requests that named their ``user``, other than ``seen``."""
+        """Terminal verdicts of requests that named their ``user``, sent since
+        ``since_ns``, other than ``seen``."""
         known = {j.record_id for j in seen.values()}
         out: dict[str, Judged] = {}
         with grpc.insecure_channel(self.verifier) as channel:
             stub = verifier_pb2_grpc.VerifierServiceStub(channel)
             token = ""
             while True:
-                page = stub.ListVerdicts(
-                    verifier_pb2.ListVerdictsRequest(page_size=500, page_token=token), timeout=10
+                # A verdict on a request sent since since_ns was decided after it.
+                query = verifier_pb2.ListVerdictsRequest(
+                    from_ns=self.since_ns, page_size=500, page_token=token
                 )
+                page = stub.ListVerdicts(query, timeout=10)
                 for verdict in page.verdicts:
                     if verdict.record_id in known or verdict.status not in TERMINAL:
                         continue
-                    got = stub.GetRecord(
-                        verifier_pb2.GetRecordRequest(record_id=verdict.record_id), timeout=10
-                    )
-                    user = json.loads(request_body(got.record)).get("user")
-                    if not isinstance(user, str):
+                    exchange = self._exchange(stub, verdict.record_id)
+                    user = exchange.user
+                    if user is None or exchange.request_first_byte_ns < self.since_ns:
                         continue
                     # Each exchange the client completed is exactly one record.
                     assert user not in out and user not in seen, f"two records of {user!r}"
-                    out[user] = _judged(user, got.verdict, got.record.flow.server_port)
+                    out[user] = _judged(user, verdict, exchange.server_port)
+                    known.add(verdict.record_id)
                 token = page.next_page_token
                 if not token:
                     return out
+
+    def _exchange(self, stub: verifier_pb2_grpc.VerifierServiceStub, record_id: str) -> _Exchange:
+        """The exchange of ``record_id``, read once."""
+        exchange = self._exchanges.get(record_id)
+        if exchange is None:
+            got = stub.GetRecord(verifier_pb2.GetRecordRequest(record_id=record_id), timeout=10)
+            try:
+                body = json.loads(request_body(got.record))
+            except ValueError:  # not a client's JSON request (an amendment has no body)
+                body = None
+            user = body.get("user") if isinstance(body, dict) else None
+            exchange = self._exchanges[record_id] = _Exchange(
+                user=user if isinstance(user, str) else None,
+                request_first_byte_ns=got.record.request_first_byte_ns,
+                server_port=got.record.flow.server_port,
+            )
+        return exchange
 
 
 def _judged(user: str, verdict: verifier_pb2.Verdict, server_port: int) -> Judged:

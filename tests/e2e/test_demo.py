@@ -24,6 +24,7 @@ pytestmark = [
 ]
 
 
+@pytest.mark.usefixtures("no_live_pipeline")  # the demo starts its own provers
 def test_calibrated_commitment_passes_honest_and_fails_dishonest(tmp_path: Path) -> None:
     result = run_demo(
         DemoOptions(

@@ -14,14 +14,12 @@ live capture.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from openai import OpenAI
 
-from tests.conftest import TinyModels
-from tests.e2e.real_pipeline import LivePipeline, live_pipeline
+from tests.e2e.real_pipeline import LivePipeline
 from verifierd.demo.run import MODEL_NAME
 
 pytestmark = [
@@ -33,14 +31,6 @@ pytestmark = [
 MAX_TOKENS = 12
 PROMPT = "def parse(data):\n"
 PARTIAL = "A socket is"
-
-
-@pytest.fixture(scope="module")
-def pipeline(tiny_models: TinyModels, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    pytest.importorskip("vllm")
-    work = tmp_path_factory.mktemp("real-echo")
-    with live_pipeline(work, tiny_models.get().path) as live:
-        yield live
 
 
 def _send(client: OpenAI) -> list[str]:
@@ -90,9 +80,11 @@ def _send(client: OpenAI) -> list[str]:
     ]
 
 
-def test_honest_echo_passes(pipeline: LivePipeline) -> None:
-    with OpenAI(base_url=pipeline.honest_url, api_key="e2e", timeout=600, max_retries=0) as c:
+def test_honest_echo_passes(random_pipeline: LivePipeline) -> None:
+    with OpenAI(
+        base_url=random_pipeline.honest_url, api_key="e2e", timeout=600, max_retries=0
+    ) as c:
         names = _send(c)
-    judged = pipeline.wait_for(names)
+    judged = random_pipeline.wait_for(names)
     outcomes = {name: (j.status, j.reason, j.detail) for name, j in judged.items()}
     assert {n: outcomes[n][:2] for n in names} == {n: ("PASS", "") for n in names}, outcomes

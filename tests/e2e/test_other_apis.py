@@ -16,16 +16,14 @@ capture.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from anthropic import Anthropic
 from openai import OpenAI
 
-from tests.conftest import TinyModels
 from tests.e2e.cheating_proxy import CHEAT_HEADER, Cheat
-from tests.e2e.real_pipeline import Judged, LivePipeline, live_pipeline
+from tests.e2e.real_pipeline import Judged, LivePipeline
 from verifierd.demo.run import MODEL_NAME
 
 pytestmark = [
@@ -44,15 +42,6 @@ MESSAGES_GREEDY: dict[str, Any] = {"extra_body": {"temperature": 0}}
 #: Sampled decoding needs the seed vLLM accepts as an extension.
 SEEDED: dict[str, Any] = {"temperature": 0.8, "extra_body": {"seed": 31}}
 SCORE_OR_FINISH = frozenset({"score_over_threshold", "finish_mismatch"})
-
-
-@pytest.fixture(scope="module")
-def pipeline(
-    tiny_models: TinyModels, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[LivePipeline]:
-    pytest.importorskip("vllm")
-    with live_pipeline(tmp_path_factory.mktemp("other-apis"), tiny_models.get().path) as live:
-        yield live
 
 
 def _openai(base_url: str) -> OpenAI:
@@ -133,8 +122,8 @@ def _outcomes(judged: dict[str, Judged]) -> dict[str, tuple[str, str, str]]:
     return {name: (j.status, j.reason, j.detail) for name, j in judged.items()}
 
 
-def test_honest_responses_and_messages_pass(pipeline: LivePipeline) -> None:
-    shown = _honest_cases(pipeline)
+def test_honest_responses_and_messages_pass(random_pipeline: LivePipeline) -> None:
+    shown = _honest_cases(random_pipeline)
     # The cases are what they say: budgets reached, and a stop sequence hit.
     assert {n: s for n, s in shown.items() if "budget" in n} == {
         "responses-budget": "incomplete",
@@ -143,25 +132,25 @@ def test_honest_responses_and_messages_pass(pipeline: LivePipeline) -> None:
         "messages-budget-stream": "max_tokens",
     }
     assert shown["messages-stop"] == shown["messages-stop-stream"] == "stop_sequence"
-    with _anthropic(pipeline.honest_url) as client:
+    with _anthropic(random_pipeline.honest_url) as client:
         _message(client, "messages-sdk-defaults", stream=False)
-    judged = pipeline.wait_for([*shown, "messages-sdk-defaults"])
+    judged = random_pipeline.wait_for([*shown, "messages-sdk-defaults"])
     # What the SDK sends alone samples at the server's temperature, and the API has no
     # seed: unverifiable, never accused.
     assert judged.pop("messages-sdk-defaults").reason == "no_seed"
     assert _outcomes(judged) == {name: ("PASS", "", "") for name in shown}
-    assert {j.server_port for j in judged.values()} == {pipeline.honest_port}
+    assert {j.server_port for j in judged.values()} == {random_pipeline.honest_port}
     assert all(j.retokenized for j in judged.values())  # no ids claimed: found from the text
 
 
-def test_a_cut_answer_told_as_finished_fails(pipeline: LivePipeline) -> None:
+def test_a_cut_answer_told_as_finished_fails(random_pipeline: LivePipeline) -> None:
     cheat = {"extra_headers": {CHEAT_HEADER: Cheat.TRUNCATE_AS_STOP.value}}
     shown: dict[str, str] = {}
-    with _openai(pipeline.cheating_url) as client:
+    with _openai(random_pipeline.cheating_url) as client:
         for stream in (False, True):
             name = "responses-truncated" + ("-stream" if stream else "")
             shown[name] = _respond(client, name, stream=stream, **cheat, **GREEDY)[1]
-    with _anthropic(pipeline.cheating_url) as client:
+    with _anthropic(random_pipeline.cheating_url) as client:
         for stream in (False, True):
             name = "messages-truncated" + ("-stream" if stream else "")
             shown[name] = _message(client, name, stream=stream, **cheat, **MESSAGES_GREEDY)[1]
@@ -171,11 +160,11 @@ def test_a_cut_answer_told_as_finished_fails(pipeline: LivePipeline) -> None:
         "messages-truncated": "end_turn",
         "messages-truncated-stream": "end_turn",
     }
-    judged = pipeline.wait_for(shown)
+    judged = random_pipeline.wait_for(shown)
     wrong = {
         n: (j.status, j.reason, j.detail)
         for n, j in judged.items()
         if j.status != "FAIL" or j.reason not in SCORE_OR_FINISH
     }
     assert wrong == {}
-    assert {j.server_port for j in judged.values()} == {pipeline.cheating_port}
+    assert {j.server_port for j in judged.values()} == {random_pipeline.cheating_port}

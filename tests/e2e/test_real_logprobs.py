@@ -15,15 +15,12 @@ live capture.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
-from typing import Any
 
 import pytest
 from openai import OpenAI
 
-from tests.conftest import TinyModels
 from tests.e2e.cheating_proxy import CHEAT_HEADER, Cheat
-from tests.e2e.real_pipeline import LivePipeline, live_pipeline
+from tests.e2e.real_pipeline import LivePipeline
 from verifierd.demo.run import MODEL_NAME
 
 pytestmark = [
@@ -34,14 +31,6 @@ pytestmark = [
 
 MAX_TOKENS = 12
 SHIFTED = {CHEAT_HEADER: Cheat.SHIFTED_LOGPROBS.value}
-
-
-@pytest.fixture(scope="module")
-def pipeline(tiny_models: TinyModels, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    pytest.importorskip("vllm")
-    work = tmp_path_factory.mktemp("real-logprobs")
-    with live_pipeline(work, tiny_models.get().path) as live:
-        yield live
 
 
 def _send(client: OpenAI, prefix: str, headers: dict[str, str]) -> list[str]:
@@ -75,12 +64,16 @@ def _send(client: OpenAI, prefix: str, headers: dict[str, str]) -> list[str]:
     return [prefix + name for name in ("chat", "chat-stream", "completions")]
 
 
-def test_honest_logprobs_pass_and_shifted_ones_fail(pipeline: LivePipeline) -> None:
-    with OpenAI(base_url=pipeline.honest_url, api_key="e2e", timeout=600, max_retries=0) as c:
+def test_honest_logprobs_pass_and_shifted_ones_fail(random_pipeline: LivePipeline) -> None:
+    with OpenAI(
+        base_url=random_pipeline.honest_url, api_key="e2e", timeout=600, max_retries=0
+    ) as c:
         honest = _send(c, "honest-", {})
-    with OpenAI(base_url=pipeline.cheating_url, api_key="e2e", timeout=600, max_retries=0) as c:
+    with OpenAI(
+        base_url=random_pipeline.cheating_url, api_key="e2e", timeout=600, max_retries=0
+    ) as c:
         shifted = _send(c, "shifted-", SHIFTED)
-    judged = pipeline.wait_for([*honest, *shifted])
+    judged = random_pipeline.wait_for([*honest, *shifted])
     outcomes = {name: (j.status, j.reason, j.detail) for name, j in judged.items()}
     assert {n: outcomes[n][:2] for n in honest} == {n: ("PASS", "") for n in honest}, outcomes
     assert {n: outcomes[n][:2] for n in shifted} == {

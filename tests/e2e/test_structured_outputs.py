@@ -13,15 +13,13 @@ model writes odd JSON under the grammar, which is fine. Needs root.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from openai import OpenAI
 
-from tests.conftest import TinyModels
 from tests.e2e.cheating_proxy import CHEAT_HEADER, Cheat
-from tests.e2e.real_pipeline import LivePipeline, live_pipeline
+from tests.e2e.real_pipeline import LivePipeline
 from verifierd.demo.run import MODEL_NAME
 
 pytestmark = [
@@ -48,15 +46,6 @@ CASES: dict[str, dict[str, Any]] = {
 IDS = {"return_token_ids": True}
 
 
-@pytest.fixture(scope="module")
-def pipeline(
-    tiny_models: TinyModels, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[LivePipeline]:
-    pytest.importorskip("vllm")
-    with live_pipeline(tmp_path_factory.mktemp("structured"), tiny_models.get().path) as live:
-        yield live
-
-
 def _send(client: OpenAI, name: str, seed: int, *, ids: bool, cheat: Cheat | None = None) -> str:
     """One case's request (named ``user``); the name it is judged under."""
     fields = dict(CASES[name])
@@ -80,14 +69,14 @@ def _client(base_url: str) -> OpenAI:
     return OpenAI(base_url=base_url, api_key="e2e", timeout=600, max_retries=0)
 
 
-def test_honest_structured_answers_pass(pipeline: LivePipeline) -> None:
-    with _client(pipeline.honest_url) as client:
+def test_honest_structured_answers_pass(random_pipeline: LivePipeline) -> None:
+    with _client(random_pipeline.honest_url) as client:
         names = [
             _send(client, name, 40 + i, ids=ids)
             for i, name in enumerate(CASES)
             for ids in (False, True)
         ]
-    judged = pipeline.wait_for(names)
+    judged = random_pipeline.wait_for(names)
     outcomes = {n: (j.status, j.reason, j.detail) for n, j in judged.items()}
     assert outcomes == {n: ("PASS", "", "") for n in names}
     assert {n: j.retokenized for n, j in judged.items()} == {
@@ -95,14 +84,14 @@ def test_honest_structured_answers_pass(pipeline: LivePipeline) -> None:
     }
 
 
-def test_answers_sampled_without_the_grammar_fail(pipeline: LivePipeline) -> None:
-    with _client(pipeline.cheating_url) as client:
+def test_answers_sampled_without_the_grammar_fail(random_pipeline: LivePipeline) -> None:
+    with _client(random_pipeline.cheating_url) as client:
         names = [
             _send(client, name, 60 + i, ids=ids, cheat=Cheat.IGNORED_GRAMMAR)
             for i, name in enumerate(CASES)
             for ids in (False, True)
         ]
-    judged = pipeline.wait_for(names)
+    judged = random_pipeline.wait_for(names)
     outcomes = {n: (j.status, j.reason) for n, j in judged.items()}
     assert outcomes == {n: ("FAIL", "grammar_violation") for n in names}, {
         n: j.detail for n, j in judged.items()
