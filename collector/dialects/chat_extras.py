@@ -125,8 +125,8 @@ class ChatExtras(ChoiceExtras):
 
     def delta(self, index: int, item: dict[str, object]) -> None:
         delta = item.get("delta")
-        if type(delta) is not dict:
-            return
+        if type(delta) is not dict or (len(delta) == 1 and "content" in delta):
+            return  # a content delta alone: the hot path
         calls = delta.get("tool_calls")
         reasoning = delta.get("reasoning")
         older_reasoning = delta.get("reasoning_content")
