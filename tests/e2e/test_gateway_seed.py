@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
@@ -27,7 +26,8 @@ from veritap.request_body import request_body
 from veritap.v1 import verifier_pb2, verifier_pb2_grpc
 
 from tests.conftest import TinyModels
-from tests.e2e.real_pipeline import LivePipeline, live_pipeline
+from tests.e2e.pipeline_pool import PipelinePool
+from tests.e2e.real_pipeline import LivePipeline
 from tests.e2e.seed_gateway import gateway_missing, seed_gateway
 from verifierd.demo.run import MODEL_NAME
 
@@ -126,13 +126,10 @@ def _prover(pipeline: LivePipeline) -> verifier_pb2.Prover:
 
 
 @pytest.fixture(scope="module")
-def pipeline(
-    tiny_models: TinyModels, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[LivePipeline]:
-    pytest.importorskip("vllm")
-    work = tmp_path_factory.mktemp("gateway-seed")
-    with live_pipeline(work, tiny_models.get().path) as live:
-        yield live
+def pipeline(pipelines: PipelinePool, tiny_models: TinyModels) -> LivePipeline:
+    """A pipeline of its own: it checks the honest prover's share of unseeded verdicts
+    since the prover was first seen, which another test's unseeded request would change."""
+    return pipelines.get("gateway-seed", lambda: tiny_models.get().path)
 
 
 def test_unseeded_traffic_is_verifiable_through_the_gateway_only(

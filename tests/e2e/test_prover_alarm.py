@@ -17,7 +17,6 @@ from __future__ import annotations
 import os
 import subprocess
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
@@ -29,7 +28,8 @@ from veritap.v1 import verifier_pb2, verifier_pb2_grpc
 
 from tests.conftest import TinyModels
 from tests.e2e.cheating_proxy import CHEAT_HEADER, Cheat
-from tests.e2e.real_pipeline import LivePipeline, live_pipeline
+from tests.e2e.pipeline_pool import PipelinePool
+from tests.e2e.real_pipeline import LivePipeline
 from tests.service_pki import ADMIN_SUBJECT, CertFiles, ServicePki, write_service_pki
 from verifierd.config import load_config
 from verifierd.demo.processes import port_open
@@ -50,13 +50,10 @@ REASON = "e2e: the hidden system prompt was removed"
 
 
 @pytest.fixture(scope="module")
-def pipeline(
-    tiny_models: TinyModels, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[LivePipeline]:
-    pytest.importorskip("vllm")
-    work = tmp_path_factory.mktemp("prover-alarm")
-    with live_pipeline(work, tiny_models.get().path) as live:
-        yield live
+def pipeline(pipelines: PipelinePool, tiny_models: TinyModels) -> LivePipeline:
+    """A pipeline of its own: the cheating prover must have no alarm before this test
+    (it checks the one it raises), and the test restarts verifierd behind mutual TLS."""
+    return pipelines.get("prover-alarm", lambda: tiny_models.get().path)
 
 
 def _chat(base_url: str, user: str, seed: int, headers: dict[str, str]) -> None:

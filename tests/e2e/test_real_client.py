@@ -14,7 +14,6 @@ verdict is matched to its case. Needs root for the live capture.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,9 +21,9 @@ import pytest
 from openai import OpenAI
 from openai.types.chat import ChatCompletionMessageParam
 
-from tests.conftest import MAY_TRAIN, TinyModels, TrainedModels
+from tests.conftest import MAY_TRAIN
 from tests.e2e.cheating_proxy import CHEAT_HEADER, Cheat
-from tests.e2e.real_pipeline import Judged, LivePipeline, live_pipeline
+from tests.e2e.real_pipeline import Judged, LivePipeline
 from verifierd.demo.run import MODEL_NAME
 
 pytestmark = [
@@ -182,22 +181,11 @@ def _attacks(client: OpenAI) -> dict[str, frozenset[str]]:
     return {attack.name: attack.reasons for attack in ATTACKS}
 
 
-@pytest.fixture(scope="module", params=["random", "trained"])
-def pipeline(
-    request: pytest.FixtureRequest,
-    tiny_models: TinyModels,
-    trained_tiny_models: TrainedModels,
-    tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[LivePipeline]:
-    pytest.importorskip("vllm")
-    models: dict[str, Callable[[], Any]] = {
-        "random": tiny_models.get,
-        "trained": trained_tiny_models.get,
-    }
-    model = models[request.param]()
-    work = tmp_path_factory.mktemp(f"real-client-{request.param}")
-    with live_pipeline(work, model.path) as live:
-        yield live
+@pytest.fixture(params=["random_pipeline", "trained_pipeline"], ids=["random", "trained"])
+def pipeline(request: pytest.FixtureRequest) -> LivePipeline:
+    """Each test once on the shared random-model pipeline, once on the trained one."""
+    live: LivePipeline = request.getfixturevalue(request.param)
+    return live
 
 
 def _client(base_url: str) -> OpenAI:

@@ -16,7 +16,6 @@ for the live capture.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -24,10 +23,8 @@ from openai import OpenAI
 from openai.types.chat import ChatCompletionMessageParam, ChatCompletionToolParam
 
 from tests.e2e.cheating_proxy import CHEAT_HEADER, Cheat
-from tests.e2e.real_pipeline import LivePipeline, live_pipeline
+from tests.e2e.real_pipeline import LivePipeline
 from verifierd.demo.run import MODEL_NAME
-from verifierd.tiny_model import TinyModelSpec
-from verifierd.tool_model import build_scripted_model, write_chat_template
 
 pytestmark = [
     pytest.mark.vllm,
@@ -57,20 +54,6 @@ IDS = {"return_token_ids": True}
 NAMED = {"type": "function", "function": {"name": "get_weather"}}
 
 
-@pytest.fixture(scope="module")
-def pipeline(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LivePipeline]:
-    pytest.importorskip("vllm")
-    root = tmp_path_factory.mktemp("tools")
-    model = build_scripted_model(root / "model", TinyModelSpec())
-    template = write_chat_template(root / "tools.jinja")
-    serving = ["--chat-template", str(template), "--enable-auto-tool-choice"]
-    serving += ["--tool-call-parser", "hermes", "--reasoning-parser", "deepseek_r1"]
-    run = root / "run"
-    run.mkdir()
-    with live_pipeline(run, model.path, serving=serving) as live:
-        yield live
-
-
 def _client(base_url: str) -> OpenAI:
     return OpenAI(base_url=base_url, api_key="e2e", timeout=600, max_retries=0)
 
@@ -93,8 +76,8 @@ def _streamed_arguments(stream: Any) -> str:
     )
 
 
-def test_honest_tool_calls_and_reasoning_pass(pipeline: LivePipeline) -> None:
-    with _client(pipeline.honest_url) as client:
+def test_honest_tool_calls_and_reasoning_pass(tools_pipeline: LivePipeline) -> None:
+    with _client(tools_pipeline.honest_url) as client:
         answer = _ask(client, "auto", tools=TOOLS, seed=1)
         message = answer.choices[0].message
         # What the client sees: reasoning, a sentence, the call.
@@ -132,7 +115,7 @@ def test_honest_tool_calls_and_reasoning_pass(pipeline: LivePipeline) -> None:
         assert _streamed_arguments(stream) == '{"city": "Paris"}'
     honest = ["auto", "auto+ids", "auto-stream", "auto-stream+ids", "reasoning-only"]
     forced_names = ["required", "required+ids", "required-stream", "named", "named-stream"]
-    judged = pipeline.wait_for([*honest, "tool-result", *forced_names])
+    judged = tools_pipeline.wait_for([*honest, "tool-result", *forced_names])
     assert {n: (judged[n].status, judged[n].detail) for n in honest} == {
         n: ("PASS", "") for n in honest
     }
@@ -143,9 +126,9 @@ def test_honest_tool_calls_and_reasoning_pass(pipeline: LivePipeline) -> None:
     }
 
 
-def test_edited_tool_arguments_fail(pipeline: LivePipeline) -> None:
+def test_edited_tool_arguments_fail(tools_pipeline: LivePipeline) -> None:
     cheat = Cheat.EDITED_TOOL_ARGUMENTS
-    with _client(pipeline.cheating_url) as client:
+    with _client(tools_pipeline.cheating_url) as client:
         edited = _ask(client, "edited", cheat=cheat, tools=TOOLS, seed=11)
         [call] = edited.choices[0].message.tool_calls or []
         assert call.function.arguments == '{"city": "Rome"}'
@@ -174,7 +157,7 @@ def test_edited_tool_arguments_fail(pipeline: LivePipeline) -> None:
         )
     names = ["edited", "edited+ids", "edited-stream"]
     names += ["edited-required", "edited-named-stream", "edited-named+ids"]
-    judged = pipeline.wait_for(names)
+    judged = tools_pipeline.wait_for(names)
     # Without ids the raw output with Rome is scored (its tokens also disagree with a
     # usage the proxy left alone); with ids they spell Paris.
     reasons = {
