@@ -12,7 +12,9 @@ shortest window.
 status and reason, the share of its sampled verdicts (temperature above 0; greedy
 requests need no seed) that came without a seed (UNVERIFIABLE no_seed: what a site's
 seed gateway leaves unseeded, or traffic around it), its alarms
-(in force and cleared) with the records that drove them, and its latest test statistic.
+(in force and cleared) with the records that drove them, and its latest test statistic;
+and per commitment its test's number among the prover's tests and its share of the
+prover's false-alarm probability (the bound holds per prover, across its commitments).
 
 Captured strings are printed with control characters escaped; --json prints protobuf's
 JSON mapping (`.proto` field names), one object per line.
@@ -162,6 +164,12 @@ def prover_details(response: verifier_pb2.GetProverResponse) -> str:
         f"  seen {utc(prover.first_seen_ns)} .. {utc(prover.last_seen_ns)}",
         f"  commitments: {' '.join(prover.commitment_ids) or '-'}",
         f"  test: {_evidence(prover)}",
+    ]
+    lines += [
+        f"    test {t.number} ({escape_controls(t.commitment_id)}): share {t.alpha_share:.3g} of "
+        f"the prover's false-alarm probability, {t.false_alarm_per_day:.3g} per day; "
+        f"ln E {t.evidence:.2f} / bound {t.evidence_bound:.2f} over {t.pooled_tokens} tokens"
+        for t in prover.tests
     ]
     for window in prover.windows:
         span = f"last {window.window_s} s" if window.window_s else "since first seen"

@@ -48,13 +48,14 @@ has mean sum over outcomes of A = 1; so each level's M(p*_k), and their mean,
 is a nonnegative supermartingale whose start has mean 1, above E at every unit.
 Ville's inequality: P(exists u: E_u >= b) <= 1 / b.
 
-"alpha per prover per day": day d(t) = max(1, ceil((t - t_0) / 86400 s)),
+"alpha per day" of one test (alpha its `SequentialTest.false_alarm_per_day`,
+the prover's share below): day d(t) = max(1, ceil((t - t_0) / 86400 s)),
 t_0 the verifier's time when the prover's test started (first seen, or the
 admin's clear), t the verifier's time when a token is scored. The alarm
 threshold 1 / (alpha * d) never rises, so an alarm raised at a unit scored
 within the first D days had E >= 1 / (alpha * d) >= 1 / (alpha * D), and
 
-    P(an honest prover alarms within its first D days) <= alpha * D
+    P(a test of an honest prover alarms within its first D days) <= alpha * D
 
 for every D, whatever the amount and timing of its traffic: the false-alarm
 budget accrues alpha per day (default 1e-6). The calibration is inside the
@@ -65,6 +66,26 @@ more frequent honest noise than calibration saw is outside it; per token, so
 is honest noise that clusters within responses, which is why a commitment
 whose calibration saw any cluster is tested per response. When an admin clears
 an alarm the prover starts a fresh state, whose bound counts from the clear.
+
+**Per prover, across its commitments.** A prover may serve several commitments
+(models behind one address and port, a model re-committed), each with a test of
+its own, and a cleared or restarted test is a new one. So the prover's tests are
+numbered j = 1, 2, ... in the order they start (first sight of a commitment, a
+clear, a restart of an earlier format; stored durably, never reused), and test j
+runs at alpha * v_j with v_j = 6 / (pi^2 j^2) (`alpha_share`; sum_j v_j = 1).
+Test j, from the first calibration on, is a nonnegative supermartingale whose
+start has mean 1 when it is taken as constant until its start (a stopping time:
+when the commitment is first scored, or when its previous test alarmed and was
+cleared): Ville bounds its crossing 1 / (alpha v_j D) by alpha v_j D whatever
+came before it. A test started within the prover's first D days has counted at
+most D days, so by the union bound over tests
+
+    P(an honest prover alarms within its first D days) <= sum_j alpha v_j D <= alpha D,
+
+the expected number of its false alarms too, for any number of commitments and
+clears: over its lifetime an honest prover is accused at most alpha per day of
+it, not alpha per day per commitment. The price is the threshold: the j-th test
+needs ln(1 / v_j) more (0.5 for the first, 1.9 for the second, 2.7 for the third).
 
 **Power.** Per token with N exact honest tokens (n = 0), s exceeding tokens
 among u give ln E ~ s ln(N / (e u)) - ln(1 / w_j) - ln 2 at best, w_j the
@@ -402,6 +423,14 @@ class SequentialState:
             raise SequentialTestError(f"not a sequential test state: {exc}") from exc
         _check_counts(state.exceedances, test.levels, state.units)
         return state
+
+
+def alpha_share(j: int) -> float:
+    """v_j = 6 / (pi^2 j^2), the share of a prover's false-alarm probability its j-th
+    test (1-based, in order of start) runs at; the shares of all j sum to 1."""
+    if j < 1:
+        raise SequentialTestError(f"tests are numbered from 1: {j}")
+    return 6.0 / (math.pi**2 * j * j)
 
 
 def start(test: SequentialTest, at: float) -> SequentialState:

@@ -29,6 +29,12 @@ since-first-seen tally, and its response's exceedances out of the sequential tes
 response staying pooled as one that did not exceed (:func:`sequential.withdraw` says why
 that, and not dropping it, is sound); then it counts like any verdict. An amendment
 record's own verdict (reason ``amendment``) is not a response and counts for nothing.
+
+The false-alarm probability is per prover, not per commitment: each test a prover starts
+(first sight of a commitment, a clear, a restart) takes the next number j in its summary
+and runs at ``alpha_share(j)`` of ``[provers] false_alarm_per_day``
+(:mod:`verifierd.provers.sequential` has the bound). A summary stored before shares gives
+its tests the next numbers in order of their start as it is read.
 """
 
 from __future__ import annotations
@@ -38,7 +44,7 @@ import logging
 import struct
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 import lmdb
 from veritap.signing import Signer
@@ -95,6 +101,11 @@ class _Summary:
     commitments: list[str] = field(default_factory=list)
     #: Commitment id -> its sequential test's state (JSON).
     tests: dict[str, str] = field(default_factory=dict)
+    #: Commitment id -> the number j of its current test among the prover's tests, in
+    #: order of start; the test runs at the share `sequential.alpha_share(j)` of alpha.
+    shares: dict[str, int] = field(default_factory=dict)
+    #: Tests started so far (the next one is number ``tests_started + 1``).
+    tests_started: int = 0
     #: Commitment id -> the latest records whose tokens moved its test.
     drivers: dict[str, list[str]] = field(default_factory=dict)
     #: UNVERIFIABLE reason -> the latest records with it.
@@ -107,7 +118,31 @@ class _Summary:
 
     @classmethod
     def from_json(cls, raw: bytes) -> _Summary:
-        return cls(**json.loads(raw))
+        summary = cls(**json.loads(raw))
+        summary.share_unshared()
+        return summary
+
+    def next_share(self, cid: str) -> int:
+        """Number the test of ``cid`` that starts now: the next j, never reused."""
+        self.tests_started += 1
+        self.shares[cid] = self.tests_started
+        return self.tests_started
+
+    def share_unshared(self) -> None:
+        """Give the tests stored before shares existed (each ran at the whole alpha) the
+        next shares, in order of start, and their tests the stricter threshold from now
+        on; their evidence carries over, an alarm raised stays."""
+        unshared = [
+            (state.started_at, cid, state)
+            for cid, raw in self.tests.items()
+            if cid not in self.shares and (state := _current_state(raw)) is not None
+        ]
+        for _, cid, state in sorted(unshared, key=lambda t: (t[0], t[1])):
+            share = sequential.alpha_share(self.next_share(cid))
+            alpha = state.test.false_alarm_per_day * share
+            self.tests[cid] = replace(
+                state, test=replace(state.test, false_alarm_per_day=alpha)
+            ).to_json()
 
 
 def _current_state(raw: str) -> SequentialState | None:
@@ -361,6 +396,8 @@ class ProverTables:
         if was_crossed or state.alarm is None:
             return []
         alarm = state.alarm
+        j = summary.shares[cid]
+        share = sequential.alpha_share(j)
         slot = AlarmSlot(prover, AlarmKind.DISHONEST, cid)
         return [
             self._raise(
@@ -378,7 +415,9 @@ class ProverTables:
                     detail=(
                         f"ln E = {alarm.log_e_value:.2f} reached ln(1/(alpha*day)) = "
                         f"{alarm.log_threshold:.2f} after {alarm.token} pooled tokens "
-                        f"(day {alarm.day}, alpha {state.test.false_alarm_per_day:g} per day)"
+                        f"(day {alarm.day}, alpha {state.test.false_alarm_per_day:.3g} per day: "
+                        f"the prover's test {j}, share {share:.3g} of its "
+                        f"{state.test.false_alarm_per_day / share:.3g} per day)"
                     ),
                 ),
             )
@@ -388,7 +427,9 @@ class ProverTables:
         self, txn: lmdb.Transaction, summary: _Summary, cid: str, at_s: float
     ) -> SequentialState | None:
         """The prover's test state for ``cid``: the stored one, or a fresh one (first
-        sight, or a state of an earlier test whose evidence does not carry over)."""
+        sight, or a state of an earlier test whose evidence does not carry over), the
+        fresh one numbered as the prover's next test and run at that test's share of
+        alpha."""
         stored = summary.tests.get(cid)
         if stored is not None:
             try:
@@ -399,7 +440,10 @@ class ProverTables:
                     extra={"commitment_id": cid, "error": str(exc)},
                 )
         test = self._test_for(txn, cid)
-        return None if test is None else sequential.start(test, at_s)
+        if test is None:
+            return None
+        alpha = test.false_alarm_per_day * sequential.alpha_share(summary.next_share(cid))
+        return sequential.start(replace(test, false_alarm_per_day=alpha), at_s)
 
     def _put_point(
         self,
@@ -475,7 +519,8 @@ class ProverTables:
     def clear_alarm(self, alarm_id: str, *, actor: str, why: str) -> verifier_pb2.AlarmState:
         """Clear an alarm in force: keep it, marked with who cleared it, when and why, and
         write the audit event, in one transaction. Clearing a DISHONEST alarm restarts
-        that commitment's test for the prover (its false-alarm bound counts from now).
+        that commitment's test for the prover (its false-alarm bound counts from now; it
+        is the prover's next test, at the next share of alpha).
         Raises NoSuchAlarmError."""
 
         def body(txn: lmdb.Transaction) -> verifier_pb2.AlarmState:
@@ -502,6 +547,7 @@ class ProverTables:
                 summary = self._summary(txn, prover.to_bytes())
                 if summary is not None:
                     summary.tests.pop(reason, None)
+                    summary.shares.pop(reason, None)
                     summary.drivers.pop(reason, None)
                     txn.put(prover.to_bytes(), summary.to_json(), db=self._dbs["provers"])
             self._store.audit_in(
@@ -607,7 +653,23 @@ class ProverTables:
                 self._window(txn, pkey, window, now_ns).to_window(window.seconds)
             )
         message.windows.append(self._since_first_seen(txn, pkey).to_window(0))
-        states = [s for s in map(_current_state, summary.tests.values()) if s is not None]
+        now_s = now_ns / 1e9
+        current = {cid: _current_state(raw) for cid, raw in summary.tests.items()}
+        for cid, j in sorted(summary.shares.items(), key=lambda item: item[1]):
+            test_state = current.get(cid)
+            if test_state is not None:
+                message.tests.append(
+                    verifier_pb2.CommitmentTest(
+                        commitment_id=cid,
+                        number=j,
+                        alpha_share=sequential.alpha_share(j),
+                        false_alarm_per_day=test_state.test.false_alarm_per_day,
+                        evidence=sequential.log_e_value(test_state),
+                        evidence_bound=sequential.log_bound(test_state, now_s),
+                        pooled_tokens=test_state.tokens,
+                    )
+                )
+        states = [s for s in current.values() if s is not None]
         if states:
             best = max(states, key=sequential.log_e_value)
             message.evidence = sequential.log_e_value(best)

@@ -1675,6 +1675,7 @@ class Prover(_message.Message):
     EVIDENCE_BOUND_FIELD_NUMBER: _builtins.int
     POOLED_TOKENS_FIELD_NUMBER: _builtins.int
     ALARMS_FIELD_NUMBER: _builtins.int
+    TESTS_FIELD_NUMBER: _builtins.int
     first_seen_ns: _builtins.int
     last_seen_ns: _builtins.int
     evidence: _builtins.float
@@ -1698,6 +1699,10 @@ class Prover(_message.Message):
     def alarms(self) -> _containers.RepeatedCompositeFieldContainer[Global___AlarmState]:
         """Alarms in force."""
 
+    @_builtins.property
+    def tests(self) -> _containers.RepeatedCompositeFieldContainer[Global___CommitmentTest]:
+        """The prover's current test of each commitment that has one, in order of start."""
+
     def __init__(
         self,
         *,
@@ -1710,14 +1715,63 @@ class Prover(_message.Message):
         evidence_bound: _builtins.float = ...,
         pooled_tokens: _builtins.int = ...,
         alarms: _abc.Iterable[Global___AlarmState] | None = ...,
+        tests: _abc.Iterable[Global___CommitmentTest] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["id", b"id"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["alarms", b"alarms", "commitment_ids", b"commitment_ids", "evidence", b"evidence", "evidence_bound", b"evidence_bound", "first_seen_ns", b"first_seen_ns", "id", b"id", "last_seen_ns", b"last_seen_ns", "pooled_tokens", b"pooled_tokens", "windows", b"windows"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["alarms", b"alarms", "commitment_ids", b"commitment_ids", "evidence", b"evidence", "evidence_bound", b"evidence_bound", "first_seen_ns", b"first_seen_ns", "id", b"id", "last_seen_ns", b"last_seen_ns", "pooled_tokens", b"pooled_tokens", "tests", b"tests", "windows", b"windows"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___Prover: _TypeAlias = Prover  # noqa: Y015
+
+@_typing.final
+class CommitmentTest(_message.Message):
+    """A prover's sequential test of one commitment. The prover's tests are numbered in
+    the order they start (first sight of a commitment, an alarm's clear), and test j
+    runs at the share 6 / (pi^2 j^2) of the prover's false-alarm probability per day,
+    so the bound holds per prover across its commitments.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    COMMITMENT_ID_FIELD_NUMBER: _builtins.int
+    NUMBER_FIELD_NUMBER: _builtins.int
+    ALPHA_SHARE_FIELD_NUMBER: _builtins.int
+    FALSE_ALARM_PER_DAY_FIELD_NUMBER: _builtins.int
+    EVIDENCE_FIELD_NUMBER: _builtins.int
+    EVIDENCE_BOUND_FIELD_NUMBER: _builtins.int
+    POOLED_TOKENS_FIELD_NUMBER: _builtins.int
+    commitment_id: _builtins.str
+    number: _builtins.int
+    """j: the test's number among the prover's tests (1-based)."""
+    alpha_share: _builtins.float
+    """The share of the prover's false-alarm probability this test runs at, and the
+    probability per day it runs at (the share times the prover's).
+    """
+    false_alarm_per_day: _builtins.float
+    evidence: _builtins.float
+    """ln E now, the bound that raises an alarm today, the tokens pooled."""
+    evidence_bound: _builtins.float
+    pooled_tokens: _builtins.int
+    def __init__(
+        self,
+        *,
+        commitment_id: _builtins.str = ...,
+        number: _builtins.int = ...,
+        alpha_share: _builtins.float = ...,
+        false_alarm_per_day: _builtins.float = ...,
+        evidence: _builtins.float = ...,
+        evidence_bound: _builtins.float = ...,
+        pooled_tokens: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["alpha_share", b"alpha_share", "commitment_id", b"commitment_id", "evidence", b"evidence", "evidence_bound", b"evidence_bound", "false_alarm_per_day", b"false_alarm_per_day", "number", b"number", "pooled_tokens", b"pooled_tokens"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CommitmentTest: _TypeAlias = CommitmentTest  # noqa: Y015
 
 @_typing.final
 class ListProversRequest(_message.Message):

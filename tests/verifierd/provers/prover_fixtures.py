@@ -45,6 +45,8 @@ class Outcome:
     decided_at_ns: int = 1_000_000_000
     #: The request sampled (temperature above 0), so it needed a seed.
     needs_seed: bool = False
+    #: The commitment that scored it (a verdict without margins names none).
+    commitment_id: str = CID
 
 
 def honest(tokens: int = 50, at_ns: int = 1_000_000_000, *, sampled: bool = False) -> Outcome:
@@ -141,7 +143,7 @@ class ProverTraffic:
             record_id=record_id,
             origin=origin,
             seq=seq,
-            commitment_id=CID if outcome.margins else "",
+            commitment_id=outcome.commitment_id if outcome.margins else "",
             status=outcome.status,  # type: ignore[arg-type]
             reason=outcome.reason,
             token_count=len(margins),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pytest
 
@@ -12,6 +12,8 @@ from tests.service_pki import ADMIN_SUBJECT, CertFiles
 from tests.verifierd.provers.conftest import Served
 from tests.verifierd.provers.prover_fixtures import (
     CHEAT,
+    CID,
+    FLOAT32_TAILS,
     HONEST,
     dishonest,
     honest,
@@ -78,6 +80,24 @@ async def test_show_prints_windows_and_alarms(cli: Cli) -> None:
     assert code == 1 and "NOT_FOUND" in err
     code, _, err = await cli.run("provers", "show", "no-port")
     assert code == 2 and "ORIGIN/ADDRESS:PORT" in err
+
+
+async def test_show_gives_each_commitments_share_of_the_false_alarm_probability(
+    cli: Cli,
+) -> None:
+    """The prover's second commitment is its second test, at a quarter of the first's share."""
+    served = cli.served
+    second = "cd" * 32
+    served.tables.set_honest_tails(second, FLOAT32_TAILS, actor="calibration")
+    served.traffic.send(HONEST, [replace(honest(100, served.clock.now), commitment_id=second)])
+    code, out, _ = await cli.run("provers", "show", HONEST.label)
+    assert code == 0
+    [first_line, second_line] = [line for line in out.splitlines() if "    test " in line]
+    assert first_line.startswith(f"    test 1 ({CID}): share 0.608 of")
+    assert second_line.startswith(f"    test 2 ({second}): share 0.152 of")
+    assert "1.52e-07 per day; ln E" in second_line and "over 100 tokens" in second_line
+    [state] = served.tables.alarms()
+    assert "the prover's test 1, share 0.608 of its 1e-06 per day" in state.alarm.detail
 
 
 async def test_show_gives_the_share_of_sampled_verdicts_without_a_seed(cli: Cli) -> None:
