@@ -22,9 +22,12 @@ within the cap counts as beyond it), the tokens scored when the update that
 raised it ended, and the same-run reference: pooled tokens until the first
 changed token (margin > 0), which no token-level test can beat; "x first
 changed" is the ratio of medians. Per honest commitment: provers, pooled
-tokens, alarms at the default alpha = 1e-6 per day and at 1e-2, beside the
-theoretical bound (alpha, for a prover's first day), the largest ln E any
-honest prover reached as a fraction of the threshold ln(1 / alpha), the unit
+tokens, alarms at the default alpha = 1e-6 per prover per day and at 1e-2,
+beside the theoretical bound (alpha per prover, for its first day, whatever
+number of commitments it serves: each simulated prover serves one, its first
+test, at the share 6/pi^2 of alpha; `verifierd.provers.sequential.alpha_share`),
+the largest ln E any honest prover reached as a fraction of its threshold
+ln(1 / (alpha * 6/pi^2)), the unit
 the test runs in (per response where calibration saw a cluster) and, for a
 commitment tested per response, the alarms at 1e-2 had it been tested per
 token (what clustered honest noise does to a per-token null). Last, the null's
@@ -62,6 +65,7 @@ from verifierd.provers.sequential import (  # noqa: E402
     HonestTails,
     SequentialTest,
     Unit,
+    alpha_share,
     log_e_value,
     start,
     update,
@@ -70,6 +74,9 @@ from verifierd.provers.sequential import (  # noqa: E402
 MIN_LENGTH, MAX_LENGTH = 16, 1000
 TARGET_MEDIAN, TARGET_P99 = 300, 1000
 LOOSE_ALPHA = 1e-2
+#: Each simulated prover serves one commitment: its test is the prover's first, at
+#: that share of the prover's alpha (the bound alpha holds across all its tests).
+FIRST_SHARE = alpha_share(1)
 #: Pooled tokens after which a dishonest prover counts as never alarmed.
 DISHONEST_CAP = 20_000
 #: Pooled tokens per honest prover.
@@ -164,7 +171,7 @@ def load(
             Commitment(
                 workdir.name,
                 case.removeprefix("honest-"),
-                SequentialTest.from_honest(tails),
+                first_test(tails, DEFAULT_FALSE_ALARM_PER_DAY),
                 tails,
                 [rows[i] for i in order[half:]],
             )
@@ -172,8 +179,15 @@ def load(
     return commitments, dishonest
 
 
+def first_test(tails: HonestTails, alpha: float) -> SequentialTest:
+    """A prover's first test, of a commitment calibrated to ``tails``, the prover at
+    ``alpha`` per day."""
+    return SequentialTest.from_honest(tails, false_alarm_per_day=alpha * FIRST_SHARE)
+
+
 def alpha_test(test: SequentialTest, alpha: float) -> SequentialTest:
-    return replace(test, false_alarm_per_day=alpha)
+    """``test`` as a prover's first test, the prover at ``alpha`` per day."""
+    return replace(test, false_alarm_per_day=alpha * FIRST_SHARE)
 
 
 #: The null's own case: (unit, calibration units, rate per unit); per token like a
@@ -190,7 +204,7 @@ def null_alarms(
     alarms = pooled = 0
     for _ in range(provers):
         n = int(rng.binomial(units, rate))
-        test = SequentialTest(LOOSE_ALPHA, 1.0, (0.0,), unit, units, (n,))
+        test = SequentialTest(LOOSE_ALPHA * FIRST_SHARE, 1.0, (0.0,), unit, units, (n,))
         if unit is Unit.TOKEN:
             stream = [(rng.random(HONEST_STREAM) < rate) * 0.5]
         else:
@@ -244,7 +258,7 @@ def honest_table(
     print(
         f"\n| model | honest commitment | provers | pooled tokens | alarms @ alpha "
         f"{DEFAULT_FALSE_ALARM_PER_DAY:g} | bound per prover | alarms @ alpha {LOOSE_ALPHA:g} "
-        "| bound per prover | peak ln E / ln(1/alpha) | unit | alarms @ alpha "
+        "| bound per prover | peak ln E / threshold | unit | alarms @ alpha "
         f"{LOOSE_ALPHA:g} if tested per token |"
     )
     print("|---|---|---:|---:|---:|---:|---:|---:|---:|---|---:|")
@@ -262,12 +276,10 @@ def honest_table(
         loose_alarms = sum(r.alarm_token is not None for r in loose_runs)
         false_alarms += alarms
         pooled.append(sum(r.pooled for r in runs))
-        peak = max(r.peak_log_e for r in runs) / -math.log(DEFAULT_FALSE_ALARM_PER_DAY)
+        peak = max(r.peak_log_e for r in runs) / c.test.log_threshold(1)
         per_token = "(same)"
         if c.test.unit is Unit.RESPONSE:
-            forced = SequentialTest.from_honest(
-                replace(c.tails, clustered=0), false_alarm_per_day=LOOSE_ALPHA
-            )
+            forced = first_test(replace(c.tails, clustered=0), LOOSE_ALPHA)
             forced_alarms = sum(
                 simulate(forced, from_pool(c.honest, rng), HONEST_STREAM, rng).alarm_token
                 is not None
@@ -316,7 +328,7 @@ def calibration_size_table(
     )
     print("|---|---:|---:|")
     for tokens in dict.fromkeys((c.tails.tokens, 10**6, 10**7)):
-        test = SequentialTest.from_honest(replace(c.tails, tokens=tokens))
+        test = first_test(replace(c.tails, tokens=tokens), DEFAULT_FALSE_ALARM_PER_DAY)
         alarms = [
             simulate(test, from_pool(pool, rng), DISHONEST_CAP, rng).alarm_token
             for _ in range(provers)
