@@ -7,8 +7,9 @@ Named databases of their own in the store's environment (``pkey`` = a
 database            key                                   value
 ==================  ====================================  ==================================
 provers             pkey                                  summary JSON (first and last seen,
-                                                          commitments, test states, the
-                                                          record ids that drove them)
+                                                          commitments, test states and
+                                                          their numbers j, the record ids
+                                                          that drove them)
 prover_tallies      pkey ‖ window_s (4) ‖ bucket (8)      Tally JSON; window 0 bucket 0:
                                                           since first seen
 prover_evidence     pkey ‖ slot (4)                       at_ns (8) ‖ ln E (8) ‖ tokens (8)
