@@ -183,6 +183,8 @@ def test_honest_output_passes_exactly_with_and_without_ids(
     assert found.finding is None, found.finding
     assert found.searched and found.output_tokens == len(honest.output)
     assert found.difr.score == 0.0 and found.difr.exact_matches == len(honest.output)
+    # The search's passes are timed like the one pass with ids (the daemon's metrics).
+    assert found.scoring_ns > 0 and found.logits_ns > 0 and found.prefill_ns > 0
     claimed = _score(backend, honest, _claiming(honest))
     assert claimed.finding is None, claimed.finding
     assert not claimed.searched and claimed.restarts == 0

@@ -179,7 +179,8 @@ class ScoreResult:
     difr: DifrResult
     #: This response's share of the batch's engine time (by token count), scoring excluded.
     prefill_ns: int
-    #: Mask + noise + margins for this response on the engine's device.
+    #: Mask + noise + margins for this response on the engine's device (summed over
+    #: every pass when the tokenization search found its ids).
     scoring_ns: int
     #: Engine compute_logits time for this response's scored rows (inside prefill_ns).
     logits_ns: int
@@ -363,10 +364,16 @@ class EngineBackend:
         t0 = time.perf_counter_ns()
         by_index = dict(enumerate(requests))
         pass_rows: dict[int, list[PassRows]] = {}
+        #: Scoring and compute_logits time of every pass of each request (a search
+        #: takes several).
+        scoring_ns: dict[int, int] = {}
+        logits_ns: dict[int, int] = {}
 
         def run(passes: Sequence[PassInput]) -> list[JobOutcome]:
             outcomes = self._run_passes(passes, by_index, profile_name, chunk_rows)
             for p, o in zip(passes, outcomes, strict=True):
+                scoring_ns[p.index] = scoring_ns.get(p.index, 0) + o.scoring_ns
+                logits_ns[p.index] = logits_ns.get(p.index, 0) + o.logits_ns
                 rows = self._logprob_rows.pop(o.job_id, None)
                 if rows is not None:
                     pass_rows.setdefault(p.index, []).append((p.output, rows))
@@ -394,9 +401,7 @@ class EngineBackend:
             if res is None or (res.margins is None and res.finding is None)
         ]
         outcomes = dict(zip((p.index for p in plain), run(plain), strict=True))
-        engine_ns = max(
-            0, time.perf_counter_ns() - t0 - sum(o.scoring_ns for o in outcomes.values())
-        )
+        engine_ns = max(0, time.perf_counter_ns() - t0 - sum(scoring_ns.values()))
         total_tokens = max(1, sum(len(a) + len(b) for a, b in ids))
         results = []
         for i, (r, res) in enumerate(zip(requests, resolutions, strict=True)):
@@ -419,8 +424,8 @@ class EngineBackend:
                     request_id=r.request_id,
                     difr=DifrResult.from_raw_margins(raw, delta_max),
                     prefill_ns=engine_ns * (len(prompt) + len(output)) // total_tokens,
-                    scoring_ns=0 if outcome is None else outcome.scoring_ns,
-                    logits_ns=0 if outcome is None else outcome.logits_ns,
+                    scoring_ns=scoring_ns.get(i, 0),
+                    logits_ns=logits_ns.get(i, 0),
                     finding=finding,
                     restarts=0 if res is None else res.restarts,
                     searched=res is not None and res.searched,
