@@ -125,7 +125,8 @@ class BatchMeter(Protocol):
 
 @dataclass(frozen=True)
 class _Work:
-    """A pending record ready for the engine."""
+    """A pending record ready for the engine (never an amended one: :meth:`Pipeline._prepare`
+    closes those)."""
 
     item: PendingItem
     entry: StoredEntry
@@ -231,9 +232,9 @@ class Pipeline:
             self._store.set_alert(alert.origin, alert.reason, alert.evidence)
             self._alerted(alert.origin, alert.reason)
         decoded = [(authentic, _decoded(authentic.entry)) for authentic in checked.authentic]
-        in_batch = _amendments_in(decoded)
+        amendments = self._amendments_of_batch(decoded)
         items: list[Enqueue | VerdictWrite | AmendmentWrite | Tampered] = [
-            self._classify_or_close(authentic, record, in_batch) for authentic, record in decoded
+            self._classify_or_close(authentic, record, amendments) for authentic, record in decoded
         ]
         items.extend(checked.tampered)
         if items:
@@ -242,15 +243,28 @@ class Pipeline:
             self._alerted(tampered.origin, tampered.reason)
         return len(items)
 
+    def _amendments_of_batch(
+        self,
+        decoded: Sequence[tuple[AuthenticEntry, record_pb2.InferenceRecord | EnvelopeError]],
+    ) -> dict[tuple[str, str], AmendmentNote]:
+        """The amendment of each record classified together, looked up once for the batch:
+        the first among the batch's entries, else the store's (one read)."""
+        records = [
+            (authentic.entry.origin, record.record_id)
+            for authentic, record in decoded
+            if not isinstance(record, EnvelopeError)
+        ]
+        return {**self._store.amendments_of(records), **_amendments_in(decoded)}
+
     def _classify_or_close(
         self,
         authentic: AuthenticEntry,
         record: record_pb2.InferenceRecord | EnvelopeError,
-        in_batch: Mapping[tuple[str, str], AmendmentNote],
+        amendments: Mapping[tuple[str, str], AmendmentNote],
     ) -> Enqueue | VerdictWrite | AmendmentWrite:
         entry = authentic.entry
         try:
-            return self._classify(authentic, record, in_batch)
+            return self._classify(authentic, record, amendments)
         except Exception as exc:
             log.exception("classification failed", extra={"origin": entry.origin, "seq": entry.seq})
             v = _authenticated_verdict(authentic, record_id="", model="")
@@ -261,10 +275,11 @@ class Pipeline:
         self,
         authentic: AuthenticEntry,
         record: record_pb2.InferenceRecord | EnvelopeError,
-        in_batch: Mapping[tuple[str, str], AmendmentNote],
+        amendments: Mapping[tuple[str, str], AmendmentNote],
     ) -> Enqueue | VerdictWrite | AmendmentWrite:
-        """``record``: the entry's record, or why it does not decode; ``in_batch``: the
-        amendments among the entries classified with it, by (origin, amended record id)."""
+        """``record``: the entry's record, or why it does not decode; ``amendments``: the
+        batch's, by (origin, amended record id) (:meth:`_amendments_of_batch`): a record
+        without one here has none, so the verdicts written below need no other lookup."""
         entry = authentic.entry
         if isinstance(record, EnvelopeError):
             v = _authenticated_verdict(authentic, record_id="", model="")
@@ -273,9 +288,7 @@ class Pipeline:
         v = _authenticated_verdict(authentic, record_id=record.record_id, model=api.model)
         if record.amends_record_ids:
             return self._amendment(entry, record, v)
-        note = in_batch.get((entry.origin, record.record_id)) or self._store.amendment_of(
-            entry.origin, record.record_id
-        )
+        note = amendments.get((entry.origin, record.record_id))
         if note is not None:
             return self._write(entry, record.record_id, _amended(v, note))
         if record.quality != _COMPLETE:
@@ -367,12 +380,9 @@ class Pipeline:
         )
 
     def _write(self, entry: StoredEntry, record_id: str, v: verifier_pb2.Verdict) -> VerdictWrite:
-        """Sign ``v`` about ``entry``'s record; a record the collector amended is judged
-        UNVERIFIABLE(record_amended) whatever ``v`` said."""
-        if record_id and not v.amended_by_record_id and v.reason != Reason.AMENDMENT:
-            note = self._store.amendment_of(entry.origin, record_id)
-            if note is not None:
-                v = _amended(v, note)
+        """Sign ``v`` about ``entry``'s record. Its amendment was looked up once, with its
+        batch, by the caller: an amended record's ``v`` is already UNVERIFIABLE(record_amended)
+        (classification, :meth:`_prepare`, :meth:`_give_up`)."""
         return self._sign(entry.origin, entry.seq, record_id, v)
 
     def _sign(self, origin: str, seq: int, record_id: str, v: verifier_pb2.Verdict) -> VerdictWrite:
@@ -472,9 +482,12 @@ class Pipeline:
         settings: DifrSettings,
         model_dir: Path,
     ) -> tuple[list[_Work], list[tuple[bytes, VerdictWrite]]]:
-        """Rebuild each item's score requests; items that cannot be scored get verdicts."""
+        """Rebuild each item's score requests; items that cannot be scored get verdicts,
+        amended ones UNVERIFIABLE(record_amended) (their amendments read once for the
+        batch), so no item in the work is amended."""
         work: list[_Work] = []
         done: list[tuple[bytes, VerdictWrite]] = []
+        checked = []
         for item in items:
             entry = self._store.entry(item.origin, item.seq)
             assert entry is not None, "a pending item's entry is stored"
@@ -484,10 +497,13 @@ class Pipeline:
             ):
                 self._set_aside(item, entry)
                 continue
-            record = decode_record(decode_envelope(entry.envelope))
+            checked.append((item, entry, decode_record(decode_envelope(entry.envelope))))
+        amendments = self._store.amendments_of((e.origin, r.record_id) for _, e, r in checked)
+        for item, entry, record in checked:
             v = self._verdict(entry, record, commitment, settings, item)
-            if self._store.amendment_of(entry.origin, record.record_id) is not None:
-                done.append((item.key, self._write(entry, record.record_id, v)))
+            note = amendments.get((entry.origin, record.record_id))
+            if note is not None:
+                done.append((item.key, self._write(entry, record.record_id, _amended(v, note))))
                 continue
             try:
                 requests, indices = score_requests(record, commitment, f"{item.origin}/{item.seq}")
@@ -635,11 +651,16 @@ class Pipeline:
         detail: str,
         commitment: Commitment | None = None,
     ) -> int:
+        """Close ``items`` UNVERIFIABLE(``reason``), the amended ones (read once for them all)
+        UNVERIFIABLE(record_amended)."""
         done = []
+        found = []
         for item in items:
             entry = self._store.entry(item.origin, item.seq)
             assert entry is not None, "a pending item's entry is stored"
-            record = decode_record(decode_envelope(entry.envelope))
+            found.append((item, entry, decode_record(decode_envelope(entry.envelope))))
+        amendments = self._store.amendments_of((e.origin, r.record_id) for _, e, r in found)
+        for item, entry, record in found:
             v = base_verdict(
                 origin=entry.origin,
                 seq=entry.seq,
@@ -652,9 +673,9 @@ class Pipeline:
             v.checkpoint_root_hash = item.checkpoint_root_hash
             if commitment is not None:
                 _describe(v, commitment, self.settings_for(commitment))
-            done.append(
-                (item.key, self._write(entry, record.record_id, unverifiable(v, reason, detail)))
-            )
+            note = amendments.get((entry.origin, record.record_id))
+            v = unverifiable(v, reason, detail) if note is None else _amended(v, note)
+            done.append((item.key, self._write(entry, record.record_id, v)))
         return self._store.finish(done)
 
     def _verdict(

@@ -33,7 +33,7 @@ Amendments: a collector's amendment record (its bytes of earlier records arrived
 in another version) leaves the inbox as an :class:`AmendmentWrite`, in one transaction
 with what it changes: its own verdict, an :class:`AmendmentNote` per record it names
 (so that a record judged later, even after a restart, is judged amended:
-:meth:`Store.amendment_of`), and a :class:`Supersede` for each named record that had a
+:meth:`Store.amendments_of`), and a :class:`Supersede` for each named record that had a
 verdict. Superseding replaces the record's current verdict and keeps the old one, signed
 bytes verbatim, in ``history`` (:meth:`Store.verdict_history`); the verdict hooks see
 the new verdict with the one it superseded (:attr:`StoredVerdict.previous`).
@@ -67,7 +67,7 @@ import json
 import logging
 import struct
 import time
-from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -791,12 +791,19 @@ class Store:
         self._index_verdict(txn, key, stored)
         return stored
 
-    def amendment_of(self, origin: str, record_id: str) -> AmendmentNote | None:
-        """The collector's amendment of ``origin``'s record ``record_id``, once one was
-        classified (the first, when there were several)."""
+    def amendments_of(
+        self, records: Iterable[tuple[str, str]]
+    ) -> dict[tuple[str, str], AmendmentNote]:
+        """The collector's amendments of the (origin, record id) ``records`` that have one
+        classified (the first, when there were several), read in one transaction."""
+        db = self._dbs["amendments"]
+        out = {}
         with self._read() as txn:
-            raw = txn.get(_amendment_key(origin, record_id), db=self._dbs["amendments"])
-        return None if raw is None else AmendmentNote.from_json(bytes(raw))
+            for origin, record_id in records:
+                raw = txn.get(_amendment_key(origin, record_id), db=db)
+                if raw is not None:
+                    out[(origin, record_id)] = AmendmentNote.from_json(bytes(raw))
+        return out
 
     def verdict_history(self, origin: str, seq: int) -> list[StoredVerdict]:
         """The verdicts of (origin, seq) that later ones superseded, oldest first."""

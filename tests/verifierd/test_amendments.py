@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -22,7 +22,7 @@ from tests.verifierd.test_pipeline import Rig, make_rig
 from verifierd.commitments import CommitmentRegistry
 from verifierd.config import parse_config
 from verifierd.pipeline import Pipeline
-from verifierd.store import AmendmentWrite, Store, Supersede, VerdictWrite
+from verifierd.store import AmendmentNote, AmendmentWrite, Store, Supersede, VerdictWrite
 from verifierd.verdicts import check_signed_verdict, sign_verdict
 
 PASS = verifier_pb2.VERDICT_STATUS_PASS
@@ -165,6 +165,40 @@ def test_a_record_amended_before_its_verdict_is_judged_amended_after_a_restart(
     )
     assert batched == 1
     rig.store.close()
+
+
+def test_each_batch_reads_its_records_amendments_once(
+    rig: Rig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    asked: list[list[tuple[str, str]]] = []
+    read = rig.store.amendments_of
+
+    def counted(records: Iterable[tuple[str, str]]) -> dict[tuple[str, str], AmendmentNote]:
+        asked.append(list(records))
+        return read(asked[-1])
+
+    monkeypatch.setattr(rig.store, "amendments_of", counted)
+    gap = record_pb2.CAPTURE_QUALITY_RESPONSE_GAP
+    ingest(
+        rig.store, ORIGIN, [Exchange("scored"), Exchange("gap", quality=gap), Exchange("queued")]
+    )
+    assert rig.pipeline.classify_some() == 3
+    ingest(rig.store, ORIGIN, [amendment("amend-1", "queued"), Exchange("later")])
+    assert rig.pipeline.classify_some() == 2
+    assert rig.pipeline.score_some() == 3
+    key = {record_id: (ORIGIN, record_id) for record_id in ("scored", "gap", "queued", "later")}
+    assert asked == [
+        [key["scored"], key["gap"], key["queued"]],
+        [(ORIGIN, "amend-1"), key["later"]],
+        [key["scored"], key["queued"], key["later"]],
+    ]
+    said = {r: (verdict_of(rig, r).status, verdict_of(rig, r).reason) for r in key}
+    assert said == {
+        "scored": (PASS, ""),
+        "gap": (UNVERIFIABLE, "capture_gap"),
+        "queued": (UNVERIFIABLE, "record_amended"),
+        "later": (PASS, ""),
+    }
 
 
 def test_a_superseding_verdict_built_from_a_verdict_no_longer_current_is_refused(
