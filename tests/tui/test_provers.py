@@ -11,7 +11,7 @@ from textual.widgets import Sparkline, Static
 from tests.tui.daemons import DISHONEST_PROVER, HONEST_PROVER, Daemons
 from tests.tui.pilot_waits import loaded, shown_text, until
 from tests.tui.test_intake_alert import RecordingConsole, notified
-from tests.verifierd.provers.prover_fixtures import dishonest
+from tests.verifierd.provers.prover_fixtures import dishonest, honest, unverifiable
 from tui.app import VeritapConsole
 from tui.screens.clear_alert import ClearWithReasonScreen
 from tui.screens.provers import ProversScreen
@@ -81,6 +81,41 @@ async def test_the_provers_screen_shows_state_statistic_and_the_records_behind_a
         await pilot.press("enter")
         detail = await loaded(pilot)
         assert isinstance(detail, RecordScreen) and detail.record_id == record_id
+
+
+async def test_provers_show_the_unseeded_share_of_sampled_traffic_beside_the_unverifiable_one(
+    prover_daemons: Daemons,
+) -> None:
+    """Of the new prover's 6 verdicts 2 are UNVERIFIABLE (33%); of the 4 whose request
+    sampled, 1 came without a seed (25%): the greedy verdict is in neither denominator of
+    the unseeded share. A prover that never sampled shows "—", not 0%. The verdict's
+    reason is the verifier's string: shown escaped, never as markup."""
+    sampling = ProverKey("edge-3.lab", "10.20.3.4", 8000)
+    traffic = [honest(100, sampled=True)] * 3 + [
+        unverifiable("no_seed"),
+        unverifiable("[/x]\x1b[2J"),
+        honest(100),
+    ]
+    await asyncio.to_thread(prover_daemons.judge, sampling, traffic)
+    app = VeritapConsole(prover_daemons.client(), refresh_s=3600)
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(pilot)
+        await pilot.press("7")
+        await loaded(pilot)
+        shown = rows(app, "#provers")
+        shares = {row[0]: (row[4], row[5]) for row in shown}
+        assert shares[sampling.label] == ("33%", "25%")
+        assert shares[HONEST_PROVER.label] == ("0%", "—")
+
+        traffic_line = app.screen.query_one("#prover-traffic", Static)
+        app.screen.query_one("#provers", KeyedTable).move_cursor(
+            row=[row[0] for row in shown].index(sampling.label)
+        )
+        await until(pilot, lambda: "6 verdicts" in shown_text(traffic_line), "its traffic")
+        assert shown_text(traffic_line) == (
+            "Traffic since first seen: 6 verdicts, 33% UNVERIFIABLE "
+            "([/x]\\x1b[2J 17%, no_seed 17%); 25% of 4 sampled without a seed"
+        )
 
 
 async def test_an_admin_clears_an_alarm_with_a_reason_and_an_operator_may_not(

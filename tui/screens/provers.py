@@ -4,12 +4,15 @@ the sequential test's statistic over time, and the records behind its alarms.
 The table lists every prover (ListProvers), those with an alarm first: its state (the
 alarms in force, or ``ok``, or ``no test`` while none runs: no honest calibration is
 stored for what it serves, or an alarm was just cleared), the test's statistic against
-the bound that raises an alarm, the tokens pooled, and its share of UNVERIFIABLE
-verdicts since first seen. For the highlighted prover (GetProver): the statistic after
-each verdict that moved it as a sparkline, its alarms, and the records of the verdicts
-that drove them; Enter on one opens it. ``c`` clears the highlighted prover's alarms in
-force with a reason (admin certificate; each alarm is kept, marked cleared, and the
-audit log keeps the reason).
+the bound that raises an alarm, the tokens pooled, and, since first seen, its share of
+UNVERIFIABLE verdicts and the share of its sampled traffic (requests at a temperature
+above 0) that came without a seed ("—" while none sampled): what the site's seed
+gateway leaves unverifiable. For the highlighted prover (GetProver): its traffic since
+first seen (verdicts, the UNVERIFIABLE share by reason, the sampled verdicts without a
+seed), the statistic after each verdict that moved it as a sparkline, its alarms, and
+the records of the verdicts that drove them; Enter on one opens it. ``c`` clears the
+highlighted prover's alarms in force with a reason (admin certificate; each alarm is
+kept, marked cleared, and the audit log keeps the reason).
 """
 
 from __future__ import annotations
@@ -49,6 +52,14 @@ def _since_first_seen(prover: verifier_pb2.Prover) -> verifier_pb2.ProverWindow 
     return next((w for w in prover.windows if w.window_s == 0), None)
 
 
+def unseeded_cell(window: verifier_pb2.ProverWindow | None) -> str:
+    """The share of the window's sampled verdicts that came without a seed ("—": none
+    sampled, so the share says nothing)."""
+    if window is None or not window.needs_seed_verdicts:
+        return "—"
+    return f"{window.unseeded_share:.0%}"
+
+
 def prover_row(prover: verifier_pb2.Prover) -> Row:
     whole = _since_first_seen(prover)
     evidence = (
@@ -62,9 +73,28 @@ def prover_row(prover: verifier_pb2.Prover) -> Row:
             evidence,
             formats.count(prover.pooled_tokens),
             f"{whole.unverifiable_ratio:.0%}" if whole is not None else "—",
-            formats.count(whole.verdicts) if whole is not None else "—",
+            unseeded_cell(whole),
         ),
     )
+
+
+def traffic_text(prover: verifier_pb2.Prover) -> Text:
+    """The prover's traffic since first seen: its verdicts, the UNVERIFIABLE share by
+    reason (largest first), and its sampled verdicts without a seed."""
+    whole = _since_first_seen(prover)
+    if whole is None or not whole.verdicts:
+        return formats.shown("Traffic: no verdict yet", "dim")
+    line = f"Traffic since first seen: {formats.count(whole.verdicts)} verdicts"
+    if whole.unverifiable_share:
+        reasons = sorted(whole.unverifiable_share.items(), key=lambda item: (-item[1], item[0]))
+        shares = ", ".join(f"{reason} {share:.0%}" for reason, share in reasons)
+        line += f", {whole.unverifiable_ratio:.0%} UNVERIFIABLE ({shares})"
+    if whole.needs_seed_verdicts:
+        line += (
+            f"; {whole.unseeded_share:.0%} of {formats.count(whole.needs_seed_verdicts)} "
+            "sampled without a seed"
+        )
+    return formats.shown(line)
 
 
 def alarms_text(alarms: list[verifier_pb2.AlarmState]) -> Text:
@@ -108,6 +138,7 @@ class ProversScreen(ConsoleScreen):
     def compose_body(self) -> ComposeResult:
         yield Label("Provers", classes="section")
         yield KeyedTable(id="provers")
+        yield Static(id="prover-traffic", markup=False)
         yield Label(id="evidence-title", classes="section", markup=False)
         yield Sparkline([], id="prover-evidence")
         yield Label("Alarms", classes="section")
@@ -122,7 +153,7 @@ class ProversScreen(ConsoleScreen):
         provers.add_column("ln e / bound", width=12)
         provers.add_column("Tokens", width=7)
         provers.add_column("Unver.", width=6)
-        provers.add_column("Verdicts", width=8)
+        provers.add_column("Unseeded", width=8)
         records = self.query_one("#alarm-records", KeyedTable)
         records.add_column("Record", width=28)
         records.add_column("Alarm", width=10)
@@ -141,10 +172,13 @@ class ProversScreen(ConsoleScreen):
     async def _show_detail(self) -> None:
         key = self.query_one("#provers", KeyedTable).current_key()
         prover = self._provers.get(key or "")
+        traffic = self.query_one("#prover-traffic", Static)
         if prover is None:
+            traffic.update("")
             self._show_title("no prover judged yet")
             return
         detail = await self.client.prover(prover.id)
+        traffic.update(traffic_text(detail.prover))
         points = [p.statistic for p in detail.evidence_history]
         sparkline = self.query_one("#prover-evidence", Sparkline)
         sparkline.data = points
