@@ -1,4 +1,5 @@
-"""The provers under test: a store with calibrated prover tables, and its service with mTLS."""
+"""The provers under test: a store with calibrated prover tables, and its service with mTLS;
+a restartable verifier (``verifier``) under a module's ``prover_config``."""
 
 from __future__ import annotations
 
@@ -14,7 +15,13 @@ from veritap.tls import ClientTls, channel_credentials
 from veritap.v1 import verifier_pb2_grpc
 
 from tests.service_pki import ADMIN_CN, ServicePki, write_service_pki
-from tests.verifierd.provers.prover_fixtures import CID, FLOAT32_TAILS, Clock, ProverTraffic
+from tests.verifierd.provers.prover_fixtures import (
+    CID,
+    FLOAT32_TAILS,
+    Clock,
+    ProverTraffic,
+    Verifier,
+)
 from verifierd.api import ServiceSettings, VerifierServer, start_verifier_service
 from verifierd.commitments import CommitmentRegistry
 from verifierd.config import ProversConfig
@@ -73,3 +80,16 @@ async def served(provers: Provers, tmp_path: Path) -> AsyncIterator[Served]:
     p = provers
     yield Served(p.store, p.signer, p.tables, p.traffic, p.clock, pki, server)
     await server.stop(0)
+
+
+@pytest.fixture
+def prover_config() -> ProversConfig:
+    """The config of the ``verifier`` fixture's prover tables (a module overrides it)."""
+    return ProversConfig()
+
+
+@pytest.fixture
+def verifier(tmp_path: Path, prover_config: ProversConfig) -> Iterator[Verifier]:
+    v = Verifier(tmp_path / "store", prover_config)
+    yield v
+    v.close()

@@ -1,9 +1,11 @@
-"""Records from given provers, and verdicts about them, written through the real store."""
+"""Records from given provers, and verdicts about them, written through the real store; a
+verifier's store with its prover tables (:class:`Verifier`, the ``verifier`` fixture)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 from veritap.envelope import ZERO_HASH, encode_envelope, entry_hash
@@ -13,10 +15,13 @@ from veritap.signing import Signer
 from veritap.v1 import log_pb2, verifier_pb2
 
 from tests.verifierd.record_fixtures import Exchange, make_record
+from verifierd import verdicts
+from verifierd.config import ProversConfig
 from verifierd.provers.identity import ProverKey
 from verifierd.provers.sequential import HonestTails
-from verifierd.store import Store, VerdictWrite
-from verifierd.verdicts import sign_verdict
+from verifierd.provers.store import ProverTables
+from verifierd.store import AmendmentWrite, Store, Supersede, VerdictWrite
+from verifierd.verdicts import sign_verdict, superseding
 
 CID = "ab" * 32
 HONEST = ProverKey("edge", "10.0.0.1", 8000)
@@ -153,3 +158,73 @@ class ProverTraffic:
             needs_seed=outcome.needs_seed,
         )
         return VerdictWrite(origin, seq, record_id, sign_verdict(v, self._signer), v)
+
+
+class Verifier:
+    """A store with its prover tables under ``config``, reopened as a restarted verifierd
+    would; its clock stands still until the test moves it."""
+
+    def __init__(self, path: Path, config: ProversConfig) -> None:
+        self.path = path
+        self.config = config
+        self.signer = Signer.generate("verifier-test")
+        self.clock = Clock(1_000_000_000)
+        self.raised: list[verifier_pb2.AlarmState] = []
+        self._open()
+
+    def _open(self) -> None:
+        self.store = Store.open(self.path)
+        self.tables = ProverTables(self.store, self.config, self.signer, clock=self.clock)
+        self.tables.add_alarm_listener(self.raised.extend)
+        self.traffic = ProverTraffic(self.store, self.signer)
+
+    def restart(self) -> None:
+        self.store.close()
+        self._open()
+
+    def close(self) -> None:
+        self.store.close()
+
+    def prover(self, prover: ProverKey) -> verifier_pb2.GetProverResponse:
+        found = self.tables.prover(prover)
+        assert found is not None
+        return found
+
+    def window(self, prover: ProverKey, window_s: int) -> verifier_pb2.ProverWindow:
+        return next(w for w in self.prover(prover).prover.windows if w.window_s == window_s)
+
+    def amend(self, prover: ProverKey, record_id: str) -> None:
+        """Classify a collector amendment of ``record_id`` superseding its verdict, as the
+        pipeline does."""
+        (previous,) = self.store.verdicts_for_record(record_id)
+        (seq,) = ingest_from(self.store, prover, [Exchange(f"amend-{record_id}")])
+        own = verdicts.unverifiable(
+            verifier_pb2.Verdict(record_id=f"amend-{record_id}", origin=prover.origin, seq=seq),
+            verdicts.Reason.AMENDMENT,
+            "late ambiguity",
+        )
+        new = superseding(
+            previous.signed,
+            previous.verdict,
+            amendment_record_id=f"amend-{record_id}",
+            amendment_reason="late ambiguity",
+        )
+        self.store.classify(
+            [
+                AmendmentWrite(
+                    self._write(own),
+                    (record_id,),
+                    "late ambiguity",
+                    (Supersede(previous, self._write(new)),),
+                )
+            ]
+        )
+
+    def _write(self, v: verifier_pb2.Verdict) -> VerdictWrite:
+        v.decided_at_ns = self.clock.now
+        return VerdictWrite(v.origin, v.seq, v.record_id, sign_verdict(v, self.signer), v)
+
+
+def counts(window: verifier_pb2.ProverWindow) -> dict[tuple[int, str], int]:
+    """A window's verdict counts by (status, reason)."""
+    return {(c.status, c.reason): c.count for c in window.counts}

@@ -13,8 +13,16 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.verifierd.provers.prover_fixtures import CHEAT, FLOAT32_TAILS, HONEST, dishonest, honest
-from tests.verifierd.provers.test_store import CONFIG, S, Verifier
+from tests.verifierd.provers.prover_fixtures import (
+    CHEAT,
+    FLOAT32_TAILS,
+    HONEST,
+    Verifier,
+    dishonest,
+    honest,
+)
+from tests.verifierd.provers.test_store import CONFIG, S
+from verifierd.config import ProversConfig
 from verifierd.provers.sequential import SequentialTestError, alpha_share
 
 ALPHA = CONFIG.false_alarm_per_day
@@ -42,10 +50,8 @@ def bounds(verifier: Verifier) -> dict[str, float]:
 
 
 @pytest.fixture
-def verifier(tmp_path: Path) -> Any:
-    v = Verifier(tmp_path / "store")
-    yield v
-    v.store.close()
+def prover_config() -> ProversConfig:
+    return CONFIG
 
 
 def test_the_shares_sum_to_one_and_fall_with_the_test_number() -> None:
@@ -141,7 +147,7 @@ def test_shares_are_never_reused_whatever_the_order_of_sights_and_clears(
     traffic alarms at once), every clear ends one: the alarms' shares are the prover's
     tests 1, 2, ... in order, and sum to at most 1."""
     with tempfile.TemporaryDirectory() as tmp:
-        verifier = Verifier(Path(tmp) / "store")
+        verifier = Verifier(Path(tmp) / "store", CONFIG)
         try:
             served(verifier, FIRST, SECOND)
             for n, (action, cid) in enumerate(events, 1):
@@ -158,4 +164,4 @@ def test_shares_are_never_reused_whatever_the_order_of_sights_and_clears(
             assert shares == pytest.approx([alpha_share(j) for j in range(1, len(every) + 1)])
             assert math.fsum(shares) <= 1
         finally:
-            verifier.store.close()
+            verifier.close()

@@ -7,34 +7,24 @@ the evidence of the same traffic with that response clean (sequential.withdraw).
 
 from __future__ import annotations
 
-import time
-from collections.abc import Iterator
-from pathlib import Path
-
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from veritap.signing import Signer
 from veritap.v1 import verifier_pb2
 
 from tests.verifierd.provers.prover_fixtures import (
     CID,
     FLOAT32_TAILS,
-    Clock,
     Outcome,
-    ProverTraffic,
+    Verifier,
+    counts,
     honest,
-    ingest_from,
 )
-from tests.verifierd.record_fixtures import Exchange
 from verifierd.config import HidingConfig, ProversConfig
 from verifierd.provers import sequential
 from verifierd.provers.identity import ProverKey
 from verifierd.provers.sequential import HonestTails, SequentialTest
-from verifierd.provers.store import ProverTables
-from verifierd.store import AmendmentWrite, Store, Supersede, VerdictWrite
-from verifierd.verdicts import Reason, sign_verdict, superseding, unverifiable
 
 S = 1_000_000_000
 FAIL = verifier_pb2.VERDICT_STATUS_FAIL
@@ -48,65 +38,15 @@ CONFIG = ProversConfig(
 )
 
 
-class Verifier:
-    def __init__(self, path: Path) -> None:
-        self.signer = Signer.generate("verifier-test")
-        self.clock = Clock(time.time_ns())
-        self.store = Store.open(path)
-        self.tables = ProverTables(self.store, CONFIG, self.signer, clock=self.clock)
-        self.tables.set_honest_tails(CID, FLOAT32_TAILS, actor="calibration")
-        self.traffic = ProverTraffic(self.store, self.signer)
-
-    def amend(self, prover: ProverKey, record_id: str) -> None:
-        """Classify a collector amendment of ``record_id`` superseding its verdict."""
-        (previous,) = self.store.verdicts_for_record(record_id)
-        (seq,) = ingest_from(self.store, prover, [Exchange(f"amend-{record_id}")])
-        own = unverifiable(
-            verifier_pb2.Verdict(record_id=f"amend-{record_id}", origin=prover.origin, seq=seq),
-            Reason.AMENDMENT,
-            "late ambiguity",
-        )
-        new = superseding(
-            previous.signed,
-            previous.verdict,
-            amendment_record_id=f"amend-{record_id}",
-            amendment_reason="late ambiguity",
-        )
-        self.store.classify(
-            [
-                AmendmentWrite(
-                    self._write(own),
-                    (record_id,),
-                    "late ambiguity",
-                    (Supersede(previous, self._write(new)),),
-                )
-            ]
-        )
-
-    def _write(self, v: verifier_pb2.Verdict) -> VerdictWrite:
-        v.decided_at_ns = self.clock.now
-        return VerdictWrite(v.origin, v.seq, v.record_id, sign_verdict(v, self.signer), v)
-
-    def prover(self, prover: ProverKey) -> verifier_pb2.GetProverResponse:
-        found = self.tables.prover(prover)
-        assert found is not None
-        return found
-
-
 @pytest.fixture
-def verifier(tmp_path: Path) -> Iterator[Verifier]:
-    v = Verifier(tmp_path / "store")
-    yield v
-    v.store.close()
-
-
-def counts(window: verifier_pb2.ProverWindow) -> dict[tuple[int, str], int]:
-    return {(c.status, c.reason): c.count for c in window.counts}
+def prover_config() -> ProversConfig:
+    return CONFIG
 
 
 def test_a_superseded_verdict_counts_as_amended_and_leaves_no_evidence(
     verifier: Verifier,
 ) -> None:
+    verifier.tables.set_honest_tails(CID, FLOAT32_TAILS, actor="calibration")
     at = verifier.clock.now
     # One token off: evidence against the prover, short of the alarm.
     off = Outcome(FAIL, "score_over_threshold", (0.5,) + (0.0,) * 49, at)

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,8 +15,8 @@ from tests.verifierd.provers.prover_fixtures import (
     CID,
     FLOAT32_TAILS,
     HONEST,
-    Clock,
-    ProverTraffic,
+    Verifier,
+    counts,
     dishonest,
     honest,
     unverifiable,
@@ -26,8 +24,7 @@ from tests.verifierd.provers.prover_fixtures import (
 from verifierd.config import HidingConfig, ProversConfig
 from verifierd.provers.alarms import AlarmSignatureError, check_signed_alarm
 from verifierd.provers.identity import ProverKey
-from verifierd.provers.store import NoSuchAlarmError, ProverTables
-from verifierd.store import Store
+from verifierd.provers.store import NoSuchAlarmError
 
 S = 1_000_000_000
 HOUR = 3600 * S
@@ -39,41 +36,9 @@ HIDING = verifier_pb2.ALARM_KIND_HIDING
 CONFIG = ProversConfig(hiding=HidingConfig(min_verdicts=10, reasons=(("no_output", 0.9),)))
 
 
-class Verifier:
-    """A store with its prover tables, reopened as a restarted verifierd would."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.signer = Signer.generate("verifier-test")
-        self.clock = Clock(S)
-        self.raised: list[verifier_pb2.AlarmState] = []
-        self._open()
-
-    def _open(self) -> None:
-        self.store = Store.open(self.path)
-        self.tables = ProverTables(self.store, CONFIG, self.signer, clock=self.clock)
-        self.tables.add_alarm_listener(self.raised.extend)
-        self.traffic = ProverTraffic(self.store, self.signer)
-
-    def restart(self) -> None:
-        self.store.close()
-        self._open()
-
-    def window(self, prover: ProverKey, window_s: int) -> verifier_pb2.ProverWindow:
-        found = self.tables.prover(prover)
-        assert found is not None
-        return next(w for w in found.prover.windows if w.window_s == window_s)
-
-
 @pytest.fixture
-def verifier(tmp_path: Path) -> Iterator[Verifier]:
-    v = Verifier(tmp_path / "store")
-    yield v
-    v.store.close()
-
-
-def counts(window: verifier_pb2.ProverWindow) -> dict[tuple[int, str], int]:
-    return {(c.status, c.reason): c.count for c in window.counts}
+def prover_config() -> ProversConfig:
+    return CONFIG
 
 
 def test_verdicts_are_counted_per_prover_by_status_and_reason(verifier: Verifier) -> None:
