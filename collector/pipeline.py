@@ -18,7 +18,7 @@ import queue
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from veritap.v1 import record_pb2
 
@@ -27,9 +27,11 @@ from collector.config import CollectorConfig
 from collector.dialects import DialectRegistry
 from collector.http.exchange import Connection, HttpStats
 from collector.http.messages import Exchange, LateAmbiguity
-from collector.metrics import CollectorMetrics
 from collector.records import RecordBuilder
 from collector.tcp_reassembly import FlowInfo, Reassembler, ReassemblyStats
+
+if TYPE_CHECKING:  # the daemon's metrics (prometheus_client): `replay` counts none
+    from collector.metrics import CollectorMetrics
 
 logger = logging.getLogger(__name__)
 

@@ -11,15 +11,16 @@ becomes records, the summary says where it stopped, and the exit status is 1.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from rich.console import Console
-from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
 from veritap.config_schema import ConfigError
 from veritap.signing import KeyFormatError, Signer
 
@@ -30,6 +31,9 @@ from collector.capture.pcap_file import CaptureReader, open_capture
 from collector.config import CollectorConfig, load_config
 from collector.log import Log, LogError
 from collector.pipeline import CapturePipeline, LogWriter, PipelineSummary
+
+if TYPE_CHECKING:
+    from rich.progress import Progress
 
 logger = logging.getLogger(__name__)
 
@@ -117,25 +121,56 @@ def _signer(args: argparse.Namespace, origin: str) -> Signer:
     return signer
 
 
+def _say(message: str) -> None:
+    sys.stderr.write(f"collector replay: {message}\n")
+
+
+def _progress_bar() -> Progress:
+    """The terminal's progress bar (rich is imported only when one is shown)."""
+    from rich.console import Console
+    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
+
+    return Progress(
+        TextColumn("[bold]replay"),
+        BarColumn(),
+        DownloadColumn(),
+        TextColumn("{task.fields[records]} records"),
+        TimeRemainingColumn(),
+        console=Console(stderr=True),
+        transient=True,
+    )
+
+
+def _ticker(
+    progress: Progress, reader: CaptureReader, pipeline: CapturePipeline
+) -> Callable[[], None]:
+    """Moves `progress` to where `reader` is, with the records so far."""
+    task = progress.add_task("replay", total=reader.size, records=0)
+
+    def tick() -> None:
+        progress.update(task, completed=reader.position, records=pipeline.summary().records)
+
+    return tick
+
+
 def run(args: argparse.Namespace) -> int:
-    err = Console(stderr=True)
     try:
         config = _config(args)
         frame_filter = FrameFilter(config.capture.filter) if config.capture.filter else None
         reader = open_capture(args.file)
     except (ConfigError, CaptureError, OSError) as exc:
-        err.print(f"collector replay: {exc}", markup=False, highlight=False)
+        _say(str(exc))
         return 2
     try:
         signer = _signer(args, config.origin)
         log = Log.open(args.log, origin=config.origin, signer=signer)
     except (KeyFormatError, LogError, OSError) as exc:
         reader.close()
-        err.print(f"collector replay: {exc}", markup=False, highlight=False)
+        _say(str(exc))
         return 2
     try:
         summary, outcome, elapsed, cpu, writer = _replay(
-            args, config, reader, log, err, frame_filter=frame_filter
+            args, config, reader, log, frame_filter=frame_filter
         )
     finally:
         reader.close()
@@ -143,7 +178,7 @@ def run(args: argparse.Namespace) -> int:
     sys.stdout.write(summary.report(elapsed, cpu, writer.appended, writer.failed))
     sys.stdout.write(_read_report(outcome, frame_filter))
     if outcome.damage:
-        err.print(f"collector replay: {outcome.damage}", markup=False, highlight=False)
+        _say(outcome.damage)
     if args.summary_json is not None:
         args.summary_json.write_text(
             json.dumps(
@@ -176,7 +211,6 @@ def _replay(
     config: CollectorConfig,
     reader: CaptureReader,
     log: Log,
-    err: Console,
     *,
     frame_filter: FrameFilter | None,
 ) -> tuple[PipelineSummary, ReadOutcome, float, float, LogWriter]:
@@ -184,22 +218,13 @@ def _replay(
         log, batch_records=config.log.batch_records, batch_delay_s=config.log.batch_delay_s
     )
     pipeline = CapturePipeline(config, writer.put)
-    show = not args.no_progress and reader.size >= PROGRESS_MIN_BYTES and err.is_terminal
+    show = not args.no_progress and reader.size >= PROGRESS_MIN_BYTES and sys.stderr.isatty()
+    progress = _progress_bar() if show else None
     started, cpu_started = time.perf_counter(), time.process_time()
-    progress = Progress(
-        TextColumn("[bold]replay"),
-        BarColumn(),
-        DownloadColumn(),
-        TextColumn("{task.fields[records]} records"),
-        TimeRemainingColumn(),
-        console=err,
-        disable=not show,
-        transient=True,
-    )
     damage = ""
     try:
-        with progress, tuned_for_capture():
-            task = progress.add_task("replay", total=reader.size, records=0)
+        with progress or contextlib.nullcontext(), tuned_for_capture():
+            tick = None if progress is None else _ticker(progress, reader, pipeline)
             first_ts: int | None = None
             frame_fn = pipeline.frame
             matches = frame_filter.matches if frame_filter is not None else None
@@ -213,10 +238,8 @@ def _replay(
                             delay = (ts - first_ts) / 1e9 - (time.perf_counter() - started)
                             if delay > 0:
                                 time.sleep(delay)
-                        if show and not reader.frames_read & 0x3FFF:
-                            progress.update(
-                                task, completed=reader.position, records=pipeline.summary().records
-                            )
+                        if tick is not None and not reader.frames_read & 0x3FFF:
+                            tick()
                     if matches is None or matches(linktype, data):
                         frame_fn(ts, linktype, data)
             except CaptureError as exc:

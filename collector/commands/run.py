@@ -16,6 +16,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 from types import FrameType
+from typing import TYPE_CHECKING
 
 from veritap.config_schema import ConfigError
 from veritap.signing import KeyFormatError, Signer
@@ -23,17 +24,18 @@ from veritap.v1 import ledger_pb2
 
 from appliance.command_line import EXIT_CONFIG, apply_log_level
 from appliance.sd_notify import Notifier
-from appliance.watchdog import Watchdog
 from collector.capture.errors import CaptureError
 from collector.capture.gc_tuning import tuned_for_capture
 from collector.capture.live import KernelStats, LiveCapture
 from collector.config import CollectorConfig, load_config
 from collector.ledger.errors import LedgerError
-from collector.ledger.server import LedgerServiceThread
 from collector.log import Log, LogError
 from collector.log.append_retry import RetryingAppend
-from collector.metrics import METRICS, CaptureFeed, CaptureTotals
 from collector.pipeline import CapturePipeline, LogWriter, PipelineSummary
+
+if TYPE_CHECKING:
+    from appliance.watchdog import Watchdog
+    from collector.metrics import CaptureFeed, CaptureTotals
 
 logger = logging.getLogger(__name__)
 READ_TIMEOUT_S = 0.2
@@ -67,6 +69,12 @@ def _config(args: argparse.Namespace) -> CollectorConfig:
 
 
 def run(args: argparse.Namespace) -> int:
+    # The daemon's own machinery (gRPC, asyncio, prometheus_client) is imported here: every
+    # `collector` command is parsed with this module loaded, and `replay` needs none of it.
+    from appliance.watchdog import Watchdog
+    from collector.ledger.server import LedgerServiceThread
+    from collector.metrics import METRICS, CaptureFeed
+
     try:
         config = _config(args)
     except ConfigError as exc:
@@ -227,6 +235,8 @@ def _capture_loop(
 
 
 def capture_totals(summary: PipelineSummary, kernel_drops: int, open_flows: int) -> CaptureTotals:
+    from collector.metrics import CaptureTotals
+
     r = summary.reassembly
     return CaptureTotals(
         packets=summary.frames,

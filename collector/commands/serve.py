@@ -16,7 +16,6 @@ read every second.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import logging
 import signal
@@ -32,9 +31,7 @@ from appliance.command_line import EXIT_CONFIG
 from collector.config import load_config
 from collector.ledger.config import LedgerConfig
 from collector.ledger.errors import LedgerError
-from collector.ledger.server import start_ledger_service
 from collector.log import Log, LogError
-from collector.metrics import METRICS
 
 logger = logging.getLogger(__name__)
 METRICS_POLL_S = 1.0
@@ -61,6 +58,10 @@ def _ledger_config(config: LedgerConfig, listen: str | None) -> LedgerConfig:
 
 async def _watch_log(log: Log) -> None:
     """The log's head and newest checkpoint into METRICS, every METRICS_POLL_S."""
+    import asyncio
+
+    from collector.metrics import METRICS
+
     while True:
         try:
             stats = await asyncio.to_thread(log.stats)
@@ -72,6 +73,13 @@ async def _watch_log(log: Log) -> None:
 
 
 async def serve(log_dir: Path, origin: str, config: LedgerConfig, metrics_listen: str = "") -> None:
+    # asyncio, gRPC and prometheus_client are imported by the command that serves: every
+    # `collector` command is parsed with this module loaded, and `replay` needs none of them.
+    import asyncio
+
+    from collector.ledger.server import start_ledger_service
+    from collector.metrics import METRICS
+
     log = Log.open(log_dir, origin=origin, readonly=True)
     metrics_server = METRICS.serve_configured(metrics_listen)
     watcher = asyncio.create_task(_watch_log(log))
@@ -98,6 +106,8 @@ async def serve(log_dir: Path, origin: str, config: LedgerConfig, metrics_listen
 
 def run(args: argparse.Namespace) -> int:
     """Serve the log; a configuration it refuses (the file, the TLS material) exits EXIT_CONFIG."""
+    import asyncio
+
     try:
         config = load_config(args.config)
         ledger = _ledger_config(config.ledger, args.listen)

@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
-from wsgiref.simple_server import WSGIServer
+from typing import TYPE_CHECKING
 
-from prometheus_client import CollectorRegistry, start_http_server
+if TYPE_CHECKING:  # imported where a server starts: config checks (`parse_listen`) need neither
+    from wsgiref.simple_server import WSGIServer
+
+    from prometheus_client import CollectorRegistry
 
 
 class MetricsAddressError(ValueError):
@@ -54,6 +57,8 @@ class MetricsServer:
 
 def serve_metrics(registry: CollectorRegistry, address: str) -> MetricsServer:
     """Start serving `registry` at http://ADDRESS/metrics in a background thread."""
+    from prometheus_client import start_http_server
+
     host, port = parse_listen(address)
     server, thread = start_http_server(port, addr=host, registry=registry)
     return MetricsServer(host, int(server.server_port), server, thread)

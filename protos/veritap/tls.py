@@ -12,8 +12,10 @@ from __future__ import annotations
 import ipaddress
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import grpc
+if TYPE_CHECKING:  # grpc is imported where credentials are made: config checks need no gRPC
+    import grpc
 
 
 class TlsConfigError(ValueError):
@@ -94,6 +96,8 @@ def _read(path: Path, what: str) -> bytes:
 
 def server_credentials(tls: ServerTls) -> grpc.ServerCredentials:
     """Server credentials; mutual TLS (client certificate required) when a client CA is set."""
+    import grpc
+
     chain = _read(tls.cert, "server certificate")
     key = _read(tls.key, "server key")
     if tls.client_ca is None:
@@ -113,6 +117,8 @@ MAX_STREAM_MESSAGE_BYTES = 16 << 20
 
 def channel_credentials(tls: ClientTls) -> grpc.ChannelCredentials:
     """Channel credentials pinning `tls.ca`, with the client certificate when one is set."""
+    import grpc
+
     if (tls.cert is None) != (tls.key is None):
         raise TlsConfigError("a client certificate needs its key and the key its certificate")
     return grpc.ssl_channel_credentials(
