@@ -117,7 +117,18 @@ class VerifierMetrics:
         )
         self.verdicts = Counter(
             _PREFIX + "verdicts",
-            'Verdicts decided, by commitment, status and reason ("" for PASS).',
+            'Verdicts signed, by commitment, status and reason ("" for PASS), those that '
+            "supersede an earlier verdict of their record included (the collector amended "
+            "it): the records' current verdicts are this minus "
+            f"{_PREFIX}verdicts_superseded_total of the same labels.",
+            ["commitment", "status", "reason"],
+            registry=r,
+        )
+        self.verdicts_superseded = Counter(
+            _PREFIX + "verdicts_superseded",
+            "Verdicts a later verdict of their record superseded (the collector amended it), "
+            "by the superseded verdict's commitment, status and reason: no longer any "
+            "record's current verdict.",
             ["commitment", "status", "reason"],
             registry=r,
         )
@@ -264,10 +275,19 @@ class VerifierMetrics:
             commitment=commitment_id, status=status_label(status), reason=reason
         ).inc()
 
-    def verdict_stored(self, verdict: verifier_pb2.Verdict) -> None:
+    def verdict_stored(
+        self, verdict: verifier_pb2.Verdict, superseded: verifier_pb2.Verdict | None = None
+    ) -> None:
         """Count one stored verdict and, for a recomputed one (scored in an engine batch), its
-        prefill and scoring time."""
+        prefill and scoring time; ``superseded``: the record's verdict it replaced, counted
+        out of the current ones."""
         self.verdict_decided(verdict.commitment_id, verdict.status, verdict.reason)
+        if superseded is not None:
+            self.verdicts_superseded.labels(
+                commitment=superseded.commitment_id,
+                status=status_label(superseded.status),
+                reason=superseded.reason,
+            ).inc()
         timings = verdict.timings
         if timings.batch_size:
             cid = verdict.commitment_id

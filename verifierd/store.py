@@ -330,6 +330,9 @@ class Counts:
     verdicts: int
     #: Of ``inbox``: entries no stored checkpoint covers yet, or from an origin under an alert.
     awaiting_checkpoint: int = 0
+    #: Verdicts a later verdict of their record superseded (in the history, not in
+    #: ``verdicts`` nor :meth:`Store.verdict_counts`).
+    superseded: int = 0
 
 
 class Store:
@@ -1001,7 +1004,8 @@ class Store:
         return out, b""
 
     def verdict_counts(self) -> dict[str, int]:
-        """Stored verdicts by status name (VERDICT_STATUS_PASS, ...)."""
+        """Each record's current verdict by status name (VERDICT_STATUS_PASS, ...): a
+        superseding verdict moves its record from the status it supersedes."""
         with self._read() as txn:
             out = {}
             for name in verifier_pb2.VerdictStatus.keys():  # noqa: SIM118 (an enum wrapper)
@@ -1018,6 +1022,7 @@ class Store:
                 pending=self._counter(txn, "pending"),
                 verdicts=self._counter(txn, "verdicts"),
                 awaiting_checkpoint=self._awaiting_checkpoint(txn),
+                superseded=txn.stat(self._dbs["history"])["entries"],
             )
 
     # -- settings and audit -------------------------------------------------------------

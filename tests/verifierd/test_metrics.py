@@ -76,6 +76,7 @@ def test_every_metric_is_served_with_its_type() -> None:
         f"gauge {p}backlog_oldest_age_seconds",
         f"gauge {p}awaiting_checkpoint_entries",
         f"counter {p}verdicts",
+        f"counter {p}verdicts_superseded",
         f"counter {p}engine_loads",
         f"counter {p}engine_unloads",
         f"gauge {p}engines_loaded",

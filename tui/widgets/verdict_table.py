@@ -56,10 +56,15 @@ class VerdictTable(OpenableTable):
         self._refill()
 
     def add_live(self, verdict: verifier_pb2.Verdict) -> bool:
-        """Add a verdict from the live stream; returns whether the filter kept it."""
-        if not self.spec.accept(verdict):
+        """Add a verdict from the live stream; returns whether the table changed. A record has
+        one row: a verdict superseding the one shown for its record (``supersedes``, the
+        collector amended it) replaces that row, or removes it when the filter does not
+        keep the new verdict (a FAIL withdrawn leaves the Failures screen)."""
+        key = verdict_key(verdict)
+        if self.spec.accept(verdict):
+            self._verdicts[key] = verdict
+        elif self._verdicts.pop(key, None) is None:
             return False
-        self._verdicts[verdict_key(verdict)] = verdict
         if not self._refill_due:
             self._refill_due = True
             self.set_timer(LIVE_BATCH_S, self._refill)

@@ -123,7 +123,8 @@ async def start_verifier_service(
     rate = RateWindow()
 
     def on_verdicts(batch: Sequence[StoredVerdict]) -> None:
-        rate.add(len(batch), time.time_ns())
+        # Records judged: a verdict superseding another judges no new record.
+        rate.add(sum(1 for stored in batch if stored.previous is None), time.time_ns())
         hub.publish(batch)
 
     store.add_verdict_listener(on_verdicts)

@@ -184,7 +184,7 @@ class VerifierServicer(verifier_pb2_grpc.VerifierServiceServicer):
             # verdicts misses none between the two.
             await context.send_initial_metadata(())
             async for verdict in subscription.verdicts():
-                if verdict_filter.accept(verdict):
+                if verdict_filter.watches(verdict):
                     yield verifier_pb2.WatchVerdictsResponse(verdict=verdict)
         except SubscriberOverflowError as exc:
             await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, f"watch fell behind: {exc}")
@@ -349,6 +349,7 @@ class VerifierServicer(verifier_pb2_grpc.VerifierServiceServicer):
             awaiting_checkpoint=counts.awaiting_checkpoint,
             pending=counts.pending,
             entries=counts.entries,
+            verdicts_superseded=counts.superseded,
         )
         for backlog in self._store.backlog():
             response.backlog.add(

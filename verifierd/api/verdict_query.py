@@ -60,6 +60,24 @@ class VerdictFilter:
             return False
         return self.max_score is None or verdict.score <= self.max_score
 
+    def watches(self, verdict: verifier_pb2.Verdict) -> bool:
+        """Whether a watcher with this filter is sent ``verdict``: it matches, or it
+        supersedes a verdict that matched (which the watcher may hold: it learns so that
+        the verdict is withdrawn)."""
+        if self.accept(verdict):
+            return True
+        if not verdict.HasField("supersedes"):
+            return False
+        was = verdict.supersedes
+        return self.accept(
+            verifier_pb2.Verdict(
+                commitment_id=verdict.commitment_id,
+                model=verdict.model,
+                status=was.status,
+                score=was.score,
+            )
+        )
+
     @classmethod
     def of_list(cls, request: verifier_pb2.ListVerdictsRequest) -> VerdictFilter:
         return cls(

@@ -1,11 +1,11 @@
 """verifierd's /metrics as one of the daemon's services.
 
 Exports the commitments this verifier knows (`veritap_commitment_info`), counts every stored
-verdict by commitment, status and reason (with its prefill and scoring time) from
-the store's verdict listener, refreshes the backlog and loaded-engine gauges every
-`POLL_S` seconds, and serves `verifierd.metrics.METRICS` at `[metrics] listen` ("": not
-served). When the address is taken (a second verifierd on the host) the service says so in the
-log and the metrics are still kept, just not served.
+verdict by commitment, status and reason (with its prefill and scoring time) and each verdict
+a superseding one replaced, from the store's verdict listener, refreshes the backlog and
+loaded-engine gauges every `POLL_S` seconds, and serves `verifierd.metrics.METRICS` at
+`[metrics] listen` ("": not served). When the address is taken (a second verifierd on the
+host) the service says so in the log and the metrics are still kept, just not served.
 
 The provers' gauges (alarm state, unverifiable share, evidence) are refreshed with the
 backlog, from verifierd.provers' tables.
@@ -55,7 +55,7 @@ class MetricsService:
     def _on_verdicts(self, written: Sequence[StoredVerdict]) -> None:
         if self._running:
             for stored in written:
-                self._metrics.verdict_stored(stored.verdict)
+                self._metrics.verdict_stored(stored.verdict, stored.previous)
 
     def refresh(self) -> None:
         """Backlog per commitment, entries awaiting a checkpoint and loaded engines, from the

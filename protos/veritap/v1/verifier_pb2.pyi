@@ -595,7 +595,11 @@ class WatchVerdictsResponse(_message.Message):
 
     VERDICT_FIELD_NUMBER: _builtins.int
     @_builtins.property
-    def verdict(self) -> Global___Verdict: ...
+    def verdict(self) -> Global___Verdict:
+        """With `supersedes` set: the record's (origin, seq) new verdict; the one it
+        had before is withdrawn (see WatchVerdicts).
+        """
+
     def __init__(
         self,
         *,
@@ -979,7 +983,11 @@ class GetStatsResponse(_message.Message):
     PENDING_FIELD_NUMBER: _builtins.int
     ENTRIES_FIELD_NUMBER: _builtins.int
     AWAITING_CHECKPOINT_FIELD_NUMBER: _builtins.int
+    VERDICTS_SUPERSEDED_FIELD_NUMBER: _builtins.int
     verdicts_per_second: _builtins.float
+    """Records judged per second over the last minute (a verdict superseding
+    another judges no new record).
+    """
     vca: _builtins.float
     """Verifier compute advantage over the recent window; 0 when unknown."""
     vca_method: _builtins.str
@@ -992,12 +1000,20 @@ class GetStatsResponse(_message.Message):
     """Entries received (in `inbox`) that no verified signed checkpoint covers
     yet: they are judged once one does.
     """
+    verdicts_superseded: _builtins.int
+    """Verdicts superseded by a later verdict of their record (the collector
+    amended it), kept in the history and not in verdicts_by_status.
+    """
     @_builtins.property
     def intake(self) -> _containers.RepeatedCompositeFieldContainer[Global___CollectorIntake]: ...
     @_builtins.property
     def backlog(self) -> _containers.RepeatedCompositeFieldContainer[Global___CommitmentBacklog]: ...
     @_builtins.property
-    def verdicts_by_status(self) -> _containers.ScalarMap[_builtins.str, _builtins.int]: ...
+    def verdicts_by_status(self) -> _containers.ScalarMap[_builtins.str, _builtins.int]:
+        """Each record's current verdict by status (a superseded verdict counts no
+        more; the verdict superseding it counts instead).
+        """
+
     def __init__(
         self,
         *,
@@ -1011,10 +1027,11 @@ class GetStatsResponse(_message.Message):
         pending: _builtins.int = ...,
         entries: _builtins.int = ...,
         awaiting_checkpoint: _builtins.int = ...,
+        verdicts_superseded: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["awaiting_checkpoint", b"awaiting_checkpoint", "backlog", b"backlog", "entries", b"entries", "inbox", b"inbox", "intake", b"intake", "pending", b"pending", "vca", b"vca", "vca_method", b"vca_method", "verdicts_by_status", b"verdicts_by_status", "verdicts_per_second", b"verdicts_per_second"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["awaiting_checkpoint", b"awaiting_checkpoint", "backlog", b"backlog", "entries", b"entries", "inbox", b"inbox", "intake", b"intake", "pending", b"pending", "vca", b"vca", "vca_method", b"vca_method", "verdicts_by_status", b"verdicts_by_status", "verdicts_per_second", b"verdicts_per_second", "verdicts_superseded", b"verdicts_superseded"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

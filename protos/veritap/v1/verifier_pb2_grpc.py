@@ -134,7 +134,12 @@ class VerifierServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def WatchVerdicts(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """New verdicts as they are stored. A record has one current verdict: a
+        verdict with `supersedes` set (the collector amended its record) replaces
+        the one the record (same origin and seq) had, which is withdrawn. It is
+        sent to every watcher whose filter matches it or the verdict it supersedes,
+        so a watcher that received a verdict always learns of its withdrawal.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')

@@ -36,6 +36,12 @@ class VerifierServiceStub:
     GetVerdict: _grpc.UnaryUnaryMultiCallable[_verifier_pb2.GetVerdictRequest, _verifier_pb2.GetVerdictResponse]
     ListVerdicts: _grpc.UnaryUnaryMultiCallable[_verifier_pb2.ListVerdictsRequest, _verifier_pb2.ListVerdictsResponse]
     WatchVerdicts: _grpc.UnaryStreamMultiCallable[_verifier_pb2.WatchVerdictsRequest, _verifier_pb2.WatchVerdictsResponse]
+    """New verdicts as they are stored. A record has one current verdict: a
+    verdict with `supersedes` set (the collector amended its record) replaces
+    the one the record (same origin and seq) had, which is withdrawn. It is
+    sent to every watcher whose filter matches it or the verdict it supersedes,
+    so a watcher that received a verdict always learns of its withdrawal.
+    """
     GetRecord: _grpc.UnaryUnaryMultiCallable[_verifier_pb2.GetRecordRequest, _verifier_pb2.GetRecordResponse]
     ListCommitments: _grpc.UnaryUnaryMultiCallable[_verifier_pb2.ListCommitmentsRequest, _verifier_pb2.ListCommitmentsResponse]
     GetEngines: _grpc.UnaryUnaryMultiCallable[_verifier_pb2.GetEnginesRequest, _verifier_pb2.GetEnginesResponse]
@@ -80,6 +86,12 @@ class VerifierServiceAsyncStub(VerifierServiceStub):
     GetVerdict: _aio.UnaryUnaryMultiCallable[_verifier_pb2.GetVerdictRequest, _verifier_pb2.GetVerdictResponse]  # type: ignore[assignment]
     ListVerdicts: _aio.UnaryUnaryMultiCallable[_verifier_pb2.ListVerdictsRequest, _verifier_pb2.ListVerdictsResponse]  # type: ignore[assignment]
     WatchVerdicts: _aio.UnaryStreamMultiCallable[_verifier_pb2.WatchVerdictsRequest, _verifier_pb2.WatchVerdictsResponse]  # type: ignore[assignment]
+    """New verdicts as they are stored. A record has one current verdict: a
+    verdict with `supersedes` set (the collector amended its record) replaces
+    the one the record (same origin and seq) had, which is withdrawn. It is
+    sent to every watcher whose filter matches it or the verdict it supersedes,
+    so a watcher that received a verdict always learns of its withdrawal.
+    """
     GetRecord: _aio.UnaryUnaryMultiCallable[_verifier_pb2.GetRecordRequest, _verifier_pb2.GetRecordResponse]  # type: ignore[assignment]
     ListCommitments: _aio.UnaryUnaryMultiCallable[_verifier_pb2.ListCommitmentsRequest, _verifier_pb2.ListCommitmentsResponse]  # type: ignore[assignment]
     GetEngines: _aio.UnaryUnaryMultiCallable[_verifier_pb2.GetEnginesRequest, _verifier_pb2.GetEnginesResponse]  # type: ignore[assignment]
@@ -138,7 +150,13 @@ class VerifierServiceServicer(metaclass=_abc_1.ABCMeta):
         self,
         request: _verifier_pb2.WatchVerdictsRequest,
         context: _ServicerContext,
-    ) -> _typing.Union[_abc.Iterator[_verifier_pb2.WatchVerdictsResponse], _abc.AsyncIterator[_verifier_pb2.WatchVerdictsResponse]]: ...
+    ) -> _typing.Union[_abc.Iterator[_verifier_pb2.WatchVerdictsResponse], _abc.AsyncIterator[_verifier_pb2.WatchVerdictsResponse]]:
+        """New verdicts as they are stored. A record has one current verdict: a
+        verdict with `supersedes` set (the collector amended its record) replaces
+        the one the record (same origin and seq) had, which is withdrawn. It is
+        sent to every watcher whose filter matches it or the verdict it supersedes,
+        so a watcher that received a verdict always learns of its withdrawal.
+        """
 
     @_abc_1.abstractmethod
     def GetRecord(

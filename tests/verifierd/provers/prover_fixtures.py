@@ -194,35 +194,38 @@ class Verifier:
         return next(w for w in self.prover(prover).prover.windows if w.window_s == window_s)
 
     def amend(self, prover: ProverKey, record_id: str) -> None:
-        """Classify a collector amendment of ``record_id`` superseding its verdict, as the
-        pipeline does."""
-        (previous,) = self.store.verdicts_for_record(record_id)
-        (seq,) = ingest_from(self.store, prover, [Exchange(f"amend-{record_id}")])
-        own = verdicts.unverifiable(
-            verifier_pb2.Verdict(record_id=f"amend-{record_id}", origin=prover.origin, seq=seq),
-            verdicts.Reason.AMENDMENT,
-            "late ambiguity",
-        )
-        new = superseding(
-            previous.signed,
-            previous.verdict,
-            amendment_record_id=f"amend-{record_id}",
-            amendment_reason="late ambiguity",
-        )
-        self.store.classify(
-            [
-                AmendmentWrite(
-                    self._write(own),
-                    (record_id,),
-                    "late ambiguity",
-                    (Supersede(previous, self._write(new)),),
-                )
-            ]
-        )
+        """:func:`amend` ``record_id`` now."""
+        amend(self.store, self.signer, prover, record_id, self.clock.now)
 
-    def _write(self, v: verifier_pb2.Verdict) -> VerdictWrite:
-        v.decided_at_ns = self.clock.now
-        return VerdictWrite(v.origin, v.seq, v.record_id, sign_verdict(v, self.signer), v)
+
+def amend(store: Store, signer: Signer, prover: ProverKey, record_id: str, at_ns: int) -> None:
+    """Classify a collector amendment of ``record_id`` superseding its verdict, decided at
+    ``at_ns``, as the pipeline does."""
+    (previous,) = store.verdicts_for_record(record_id)
+    (seq,) = ingest_from(store, prover, [Exchange(f"amend-{record_id}")])
+    own = verdicts.unverifiable(
+        verifier_pb2.Verdict(record_id=f"amend-{record_id}", origin=prover.origin, seq=seq),
+        verdicts.Reason.AMENDMENT,
+        "late ambiguity",
+    )
+    new = superseding(
+        previous.signed,
+        previous.verdict,
+        amendment_record_id=f"amend-{record_id}",
+        amendment_reason="late ambiguity",
+    )
+
+    def write(v: verifier_pb2.Verdict) -> VerdictWrite:
+        v.decided_at_ns = at_ns
+        return VerdictWrite(v.origin, v.seq, v.record_id, sign_verdict(v, signer), v)
+
+    store.classify(
+        [
+            AmendmentWrite(
+                write(own), (record_id,), "late ambiguity", (Supersede(previous, write(new)),)
+            )
+        ]
+    )
 
 
 def counts(window: verifier_pb2.ProverWindow) -> dict[tuple[int, str], int]:
