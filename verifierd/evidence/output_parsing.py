@@ -35,6 +35,12 @@ the request first).
   request asked to leave out (``include_reasoning: false``), need the ids:
   without them the choice is UNVERIFIABLE.
 
+A Responses request (``/v1/responses``) is read with the same parsers as chat
+(its server calls the same ``Parser.parse`` and streams ``parse_delta``): the
+reasoning is its ``reasoning`` items' text, the content its ``message`` items'
+``output_text``, and every call the parser reads is a ``function_call`` item
+(where chat shows calls only for a forced tool choice or ``auto`` with tools).
+
 A streamed response is read as the non-streamed one, except that its reasoning
 may keep the start token (`OutputParser.check`). Tool call arguments compare as
 JSON values (vLLM re-serializes them when not streaming and passes the model's
@@ -112,7 +118,7 @@ def adjust_request(
 
 
 class OutputParser:
-    """The committed server's reading of a raw output for one chat request."""
+    """The committed server's reading of a raw output for one chat or Responses request."""
 
     def __init__(
         self,
@@ -132,11 +138,8 @@ class OutputParser:
         self._prompt = list(prompt)
 
     def read(self, raw: str, output_ids: Sequence[int] = ()) -> ReceivedOutput:
-        """What vLLM's chat server (chat_completion_full_generator) sends for ``raw``."""
-        from vllm.entrypoints.openai.chat_completion.protocol import (
-            ChatCompletionNamedToolChoiceParam,
-        )
-
+        """What vLLM's server sends for ``raw``: chat's chat_completion_full_generator,
+        or the Responses server's _make_response_output_items."""
         request = self._request
         parser = self._parser()
         parser.set_prompt_token_ids(self._prompt)
@@ -146,17 +149,27 @@ class OutputParser:
         )
         if not request.include_reasoning:
             reasoning = None
-        forced = request.tool_choice == "required" or isinstance(
-            request.tool_choice, ChatCompletionNamedToolChoiceParam
-        )
-        has_tool_parser = parser_cls_tools(self._parser_cls)
-        shown = forced or (
-            auto and has_tool_parser and request.tools and request.tool_choice == "auto"
-        )
-        views = tuple(ToolCallView(c.name, c.arguments) for c in (calls or ())) if shown else ()
+        views = tuple(ToolCallView(c.name, c.arguments) for c in (calls or ()))
+        if not self._shows_calls():
+            views = ()
         if request.parallel_tool_calls is False:
             views = views[:1]
         return ReceivedOutput(content or "", reasoning or "", views)
+
+    def _shows_calls(self) -> bool:
+        """Whether the server sends the calls its parser reads. The Responses server
+        makes a ``function_call`` item of each (build_response_output_items); the chat
+        server only for a forced tool choice, or ``auto`` with tools on a server with
+        auto tool choice and a tool parser."""
+        request = self._request
+        if _is_responses(request):
+            return True
+        auto = self._serving.enable_auto_tool_choice and parser_cls_tools(self._parser_cls)
+        return bool(
+            request.tool_choice == "required"
+            or _is_named_choice(request.tool_choice)
+            or (auto and request.tools and request.tool_choice == "auto")
+        )
 
     def grammar_gate_problem(self, reasoning_parser: str | None) -> str | None:
         """None when a grammar gated on ``reasoning_parser``'s end of reasoning (None: not
@@ -164,6 +177,9 @@ class OutputParser:
         server starts it for this request and prompt
         (``ChatCompletionRequest.resolve_reasoning_ended``: False waits for the end,
         True or None constrain from the first token), else why it does not."""
+        if _is_responses(self._request):
+            # Its server hands the engine the reasoning parser's own gate.
+            return "a grammar on a Responses request to a reasoning server is not replayed"
         ended = self._request.resolve_reasoning_ended(self._parser(), self._prompt)
         if (reasoning_parser is not None) == (ended is False):
             return None
@@ -239,12 +255,8 @@ class OutputParser:
     def _named_call_is_the_output(self) -> bool:
         """Whether the server reads a named tool choice's output whole as the call's
         arguments (a tool parser without a structural tag: its JSON-schema path)."""
-        from vllm.entrypoints.openai.chat_completion.protocol import (
-            ChatCompletionNamedToolChoiceParam,
-        )
-
         tool_parser = getattr(self._parser_cls, "tool_parser_cls", None)
-        return isinstance(self._request.tool_choice, ChatCompletionNamedToolChoiceParam) and bool(
+        return _is_named_choice(self._request.tool_choice) and bool(
             getattr(tool_parser, "supports_required_and_named", False)
         )
 
@@ -278,6 +290,22 @@ class OutputParser:
 
 def parser_cls_tools(parser_cls: Any) -> bool:
     return getattr(parser_cls, "tool_parser_cls", None) is not None
+
+
+def _is_responses(request: Any) -> bool:
+    from vllm.entrypoints.openai.responses.protocol import ResponsesRequest
+
+    return isinstance(request, ResponsesRequest)
+
+
+def _is_named_choice(tool_choice: object) -> bool:
+    """A tool choice naming one function (chat's form or the Responses API's)."""
+    from openai.types.responses import ToolChoiceFunction
+    from vllm.entrypoints.openai.chat_completion.protocol import (
+        ChatCompletionNamedToolChoiceParam,
+    )
+
+    return isinstance(tool_choice, ChatCompletionNamedToolChoiceParam | ToolChoiceFunction)
 
 
 def _hermes_call(call: ToolCallView, wrap: str) -> str:

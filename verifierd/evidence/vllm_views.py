@@ -72,7 +72,8 @@ class RenderedRequest:
     #: except for completions, whose API default is 16).
     max_tokens: int | None
     ignore_eos: bool
-    #: Chat on a server with a reasoning or tool parser: how it reads the raw output.
+    #: Chat or Responses on a server with a reasoning or tool parser: how it reads
+    #: the raw output.
     output: OutputParser | None = None
     #: With ``echo``: per prompt, the text vLLM's server puts before each choice's
     #: output (`verifierd.evidence.echo`); empty without echo.
@@ -203,28 +204,46 @@ def _chat_echo(request: Any, conversation: Sequence[Any]) -> str:
 
 def _render_responses(llm: Any, request: Any, serving: ServingFlags) -> RenderedRequest:
     """As vLLM's OnlineRenderer.render_responses renders a non-harmony request that
-    names no previous response, on a server started with ``serving`` (without a
-    reasoning or tool parser: its Responses output items are not rebuilt)."""
+    names no previous response, on a server started with ``serving``, its parser's
+    ``adjust_request`` included (preprocess_chat changes the request in place, and
+    the server builds the sampling parameters from it)."""
     from vllm.entrypoints.openai.responses.utils import (
         construct_input_messages,
         construct_tool_dicts,
     )
     from vllm.renderers import merge_kwargs
 
+    from verifierd.evidence.output_parsing import (
+        OutputParser,
+        OutputParsingError,
+        adjust_request,
+        parser_class,
+        parser_cls_tools,
+    )
+
     model_config = llm.llm_engine.model_config
     if model_config.hf_config.model_type == "gpt_oss":
         raise RenderError("harmony (gpt-oss) Responses rendering is not replayed")
     if request.previous_response_id is not None or request.previous_input_messages:
         raise RenderError("a previous response's history is the server's, not in the capture")
-    if serving.reasoning_parser or serving.tool_call_parser:
-        raise RenderError(
-            "Responses from a server with a reasoning or tool parser are not replayed"
-        )
-    tool_dicts = construct_tool_dicts(request.tools, request.tool_choice)
+    try:
+        parser_cls = parser_class(llm, serving)
+    except OutputParsingError as exc:
+        raise RenderError(str(exc)) from exc
+    others = sorted({tool.type for tool in request.tools} - {"function"})
+    if others and parser_cls_tools(parser_cls):
+        # Their calls are not function_call items (custom), or carry a namespace.
+        raise RenderError(f"Responses tools of type {others} are not replayed")
+    tool_dicts = construct_tool_dicts(
+        request.tools,
+        request.tool_choice,
+        exclude_tools_when_tool_choice_none=serving.exclude_tools_when_tool_choice_none,
+    )
     messages = construct_input_messages(
         request_instructions=request.instructions, request_input=request.input
     )
     template, content_format = serving.chat_template, serving.chat_template_content_format
+    # What the server builds its parser with (the kwargs without the tools).
     template_kwargs = (
         request.build_chat_params(template, content_format)
         .with_defaults(serving.chat_template_kwargs)
@@ -236,10 +255,21 @@ def _render_responses(llm: Any, request: Any, serving: ServingFlags) -> Rendered
     (_conversation,), (engine_input,) = llm.renderer.render_chat(
         [messages], chat_params, request.build_tok_params(model_config)
     )
+    request = adjust_request(parser_cls, llm, request, chat_params.chat_template_kwargs)
     prompt = tuple(int(i) for i in engine_input["prompt_token_ids"])
     requested = request.max_output_tokens
     params = request.to_sampling_params(_room(llm, len(prompt), requested), {})
-    return RenderedRequest((prompt,), params, requested, bool(params.ignore_eos))
+    output = None
+    if parser_cls is not None:
+        output = OutputParser(
+            llm,
+            parser_cls,
+            request,
+            serving=serving,
+            chat_template_kwargs=template_kwargs,
+            prompt=prompt,
+        )
+    return RenderedRequest((prompt,), params, requested, bool(params.ignore_eos), output)
 
 
 def _messages_as_chat(llm: Any, request: Any, serving: ServingFlags) -> Any:

@@ -114,12 +114,6 @@ def test_the_prompt_is_the_servers(
     assert rendered.max_tokens == 24 and rendered.params.max_tokens == 24
 
 
-def test_responses_from_a_server_with_a_parser_are_not_replayed(backend: EngineBackend) -> None:
-    serving = ServingFlags.of(reasoning_parser="deepseek_r1")
-    with pytest.raises(RenderError, match="reasoning or tool parser"):
-        render_request(backend._llm, RESPONSES, json.dumps(RESPONSES_BODY), serving)
-
-
 def test_the_sampling_fields_vllm_ignores_in_messages_are_not_in_its_request_model() -> None:
     from vllm.entrypoints.anthropic.protocol import AnthropicMessagesRequest
 
