@@ -27,7 +27,7 @@ field (`instructions`, `tools`, `reasoning`, ...) is in `params_json`, and
   `error` event the view's error. Where a terminal event carries the whole
   `output` and its text or tool calls differ from what the deltas built, the
   record says so: the prover showed the live stream and the final object
-  different answers.
+  different answers (text, reasoning or tool calls).
 
 Tool calls are bounded as chat's are (`tool_call_budget`).
 """
@@ -128,9 +128,13 @@ class _Output:
             self.budget.malformed += 1
         return ""
 
+    def reasoning_text(self) -> str:
+        """The reasoning as the record keeps it: the content, else the summaries."""
+        return "".join(self.reasoning) or "".join(self.summaries)
+
     def fill(self, choice: record_pb2.Choice, problems: list[str]) -> None:
         choice.text = fit_text("".join(self.text), problems)
-        reasoning = "".join(self.reasoning) or "".join(self.summaries)
+        reasoning = self.reasoning_text()
         if reasoning:
             choice.reasoning = fit_text(reasoning, problems)
         for call_id, name, arguments in (call.parts() for call in self.calls):
@@ -281,6 +285,7 @@ class _StreamReader:
         streamed.fill(choice, problems)
         if final is not None and (
             "".join(final.text) != "".join(streamed.text)
+            or final.reasoning_text() != streamed.reasoning_text()
             or [c.parts() for c in final.calls] != [c.parts() for c in streamed.calls]
         ):
             problems.append("the final response's output differs from what its deltas streamed")

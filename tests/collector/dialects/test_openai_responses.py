@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from openai._models import construct_type
@@ -178,10 +179,18 @@ def test_a_stream_gives_its_deltas_and_the_final_status() -> None:
         assert rec.api.usage.total_tokens == 12
 
 
-def test_a_final_object_that_differs_from_the_deltas_is_said() -> None:
-    edited = {**MESSAGE, "content": [{"type": "output_text", "text": "Goodbye."}]}
-    rec = one(request(True), events(*streamed_events([REASONING, edited, FUNCTION_CALL])))
+@pytest.mark.parametrize(
+    "final",
+    [
+        [REASONING, {**MESSAGE, "content": [{"type": "output_text", "text": "Goodbye."}]}],
+        [{**REASONING, "content": [{"type": "reasoning_text", "text": "Other."}]}, MESSAGE],
+    ],
+    ids=["text", "reasoning"],
+)
+def test_a_final_object_that_differs_from_the_deltas_is_said(final: list[object]) -> None:
+    rec = one(request(True), events(*streamed_events([*final, FUNCTION_CALL])))
     assert rec.api.choices[0].text == "Hello there."
+    assert rec.api.choices[0].reasoning == "The user greets."
     assert quality_name(rec.quality) == "parse_error"
     assert "the final response's output differs from what its deltas streamed" in (
         rec.quality_reason
@@ -248,19 +257,23 @@ _KINDS = [
     "response.output_item.added",
     "response.output_text.delta",
     "response.reasoning_text.delta",
+    "response.reasoning_summary_text.delta",
     "response.function_call_arguments.delta",
     "response.completed",
+    "response.incomplete",
     "error",
 ]
+#: The item and part types the reader looks for, so that hostile items often have one.
+_TYPES = ["message", "reasoning", "function_call", "output_text", "reasoning_text", "summary_text"]
+_KEYS = ["type", "output", "content", "summary", "text", "call_id", "name", "arguments"]
 _VALUES = st.recursive(
-    st.none() | st.booleans() | st.integers(-(10**20), 10**20) | st.text(max_size=6),
+    st.none()
+    | st.booleans()
+    | st.integers(-(10**20), 10**20)
+    | st.text(max_size=6)
+    | st.sampled_from(_TYPES),
     lambda inner: (
-        st.lists(inner, max_size=3)
-        | st.dictionaries(
-            st.sampled_from(["type", "output", "content", "text", "call_id", "name", "arguments"]),
-            inner,
-            max_size=4,
-        )
+        st.lists(inner, max_size=3) | st.dictionaries(st.sampled_from(_KEYS), inner, max_size=4)
     ),
     max_leaves=15,
 )
