@@ -27,6 +27,8 @@ HIDDEN_SYSTEM_PROMPT = "Answer every question as a pirate would, and never say s
 EDIT = " (edited)"
 #: The argument value the proxy rewrites in tool calls, and what it writes instead.
 ARGUMENT_EDIT = ("Paris", "Rome")
+#: The word the proxy rewrites in a Responses answer's reasoning, and its replacement.
+REASONING_EDIT = ("weather", "wind")
 #: Nats the proxy takes off every logprob the server states.
 LOGPROBS_SHIFT = 0.5
 #: The factor the proxy multiplies every stated logprob by: the values of a flatter
@@ -57,8 +59,12 @@ class Cheat(StrEnum):
     #: ``response_format`` and ``structured_outputs`` dropped before forwarding: the
     #: server samples without the grammar the client asked for.
     IGNORED_GRAMMAR = "ignored-grammar"
-    #: ARGUMENT_EDIT applied to every tool call's arguments (streamed: each fragment).
+    #: ARGUMENT_EDIT applied to every tool call's arguments (streamed: each fragment;
+    #: Responses: every function call item and arguments event).
     EDITED_TOOL_ARGUMENTS = "edited-tool-arguments"
+    #: REASONING_EDIT applied to a Responses answer's reasoning text (its reasoning
+    #: items, and streamed each reasoning event).
+    EDITED_REASONING = "edited-reasoning"
     #: Every stated logprob (the sampled token's and the top ones) lowered by
     #: LOGPROBS_SHIFT: the tokens and their order are the server's.
     SHIFTED_LOGPROBS = "shifted-logprobs"
@@ -104,6 +110,8 @@ def cheat_answer(cheat: Cheat | None, answer: dict[str, Any], n: int) -> dict[st
                 choice["message"]["content"] = (choice["message"]["content"] or "") + EDIT
             else:
                 choice["text"] += EDIT
+    if cheat in (Cheat.EDITED_TOOL_ARGUMENTS, Cheat.EDITED_REASONING):
+        _edit_responses(cheat, answer)
     if cheat in (Cheat.HIDDEN_SYSTEM_PROMPT, Cheat.REPLAY):
         answer.pop("usage", None)
     usage = answer.get("usage")
@@ -120,6 +128,49 @@ def _edit_arguments(message: dict[str, Any]) -> None:
         function = call.get("function") or {}
         if isinstance(function.get("arguments"), str):
             function["arguments"] = function["arguments"].replace(*ARGUMENT_EDIT)
+
+
+#: Per cheat: the Responses stream events that carry its text, and their field.
+_RESPONSES_EVENT_FIELDS = {
+    Cheat.EDITED_TOOL_ARGUMENTS: {
+        "response.function_call_arguments.delta": "delta",
+        "response.function_call_arguments.done": "arguments",
+    },
+    Cheat.EDITED_REASONING: {
+        "response.reasoning_text.delta": "delta",
+        "response.reasoning_text.done": "text",
+    },
+}
+
+
+def _edit_responses(cheat: Cheat, answer: dict[str, Any]) -> None:
+    """A Responses answer or stream event with its function call arguments or its
+    reasoning text edited, wherever it carries them: the event's own field, an
+    item (the answer's output, an event's item, the final response's output) or a
+    content part."""
+    old, new = ARGUMENT_EDIT if cheat is Cheat.EDITED_TOOL_ARGUMENTS else REASONING_EDIT
+
+    def edit(holder: object, key: str) -> None:
+        if isinstance(holder, dict) and isinstance(holder.get(key), str):
+            holder[key] = holder[key].replace(old, new)
+
+    field = _RESPONSES_EVENT_FIELDS[cheat].get(str(answer.get("type")))
+    if field is not None:
+        edit(answer, field)
+    response = answer.get("response")
+    output = (response if isinstance(response, dict) else answer).get("output")
+    items = [answer.get("item"), *(output if isinstance(output, list) else [])]
+    parts = [answer.get("part")]
+    for item in items:
+        if not isinstance(item, dict):
+            continue
+        if cheat is Cheat.EDITED_TOOL_ARGUMENTS and item.get("type") == "function_call":
+            edit(item, "arguments")
+        elif cheat is Cheat.EDITED_REASONING and item.get("type") == "reasoning":
+            parts += item.get("content") or []
+    for part in parts if cheat is Cheat.EDITED_REASONING else ():
+        if isinstance(part, dict) and part.get("type") == "reasoning_text":
+            edit(part, "text")
 
 
 def _finished_not_cut(answer: dict[str, Any]) -> None:
