@@ -21,7 +21,8 @@ from verifierd.evidence.logprobs import FLOOR, LogprobsClaim, claimed_logprobs
 
 def mode_values(logits: torch.Tensor, mode: str, sampling: SamplingSettings) -> torch.Tensor:
     """What vLLM's sampler reports for float32 ``logits`` rows in ``mode``
-    (vllm/v1/sample/sampler.py), the logits processors and penalties aside."""
+    (vllm/v1/sample/sampler.py), the logits processors and penalties aside: its own
+    temperature, min_p processor, top-k / top-p masks and log_softmax."""
     from vllm.v1.sample.ops.topk_topp_sampler import apply_top_k_top_p
     from vllm.v1.sample.sampler import Sampler
 
@@ -34,10 +35,30 @@ def mode_values(logits: torch.Tensor, mode: str, sampling: SamplingSettings) -> 
     if not s.is_greedy:
         rows = z.shape[0]
         z = Sampler.apply_temperature(z, torch.full((rows,), s.temperature), all_random=True)
-        k = torch.full((rows,), s.top_k) if s.top_k > 0 else None
+        if s.min_p > 0:
+            z = vllm_min_p(rows, s.min_p).apply(z)
+        # vLLM's input batch takes a top_k of the vocabulary's size or more as none.
+        on = 0 < s.top_k < z.shape[1]
+        k = torch.full((rows,), s.top_k, dtype=torch.int32) if on else None
         p = torch.full((rows,), s.top_p) if s.top_p < 1 else None
         z = apply_top_k_top_p(z, k, p)
     return Sampler.compute_logprobs(z) if mode == "processed_logprobs" else z
+
+
+def vllm_min_p(rows: int, min_p: float) -> Any:
+    """vLLM's own MinPLogitsProcessor, holding ``rows`` requests of ``min_p``."""
+    from types import SimpleNamespace
+
+    from vllm import SamplingParams
+    from vllm.v1.sample.logits_processor.builtin import MinPLogitsProcessor
+    from vllm.v1.sample.logits_processor.interface import BatchUpdate
+
+    config = SimpleNamespace(scheduler_config=SimpleNamespace(max_num_seqs=rows))
+    processor = MinPLogitsProcessor(config, torch.device("cpu"), False)  # type: ignore[arg-type]
+    params = SamplingParams(temperature=1.0, min_p=min_p)
+    added = [(i, params, None, []) for i in range(rows)]
+    processor.update_state(BatchUpdate(batch_size=rows, removed=[], added=added, moved=[]))
+    return processor
 
 
 def model_logits(model_dir: Path, prompt: Sequence[int], output: Sequence[int]) -> torch.Tensor:

@@ -7,9 +7,10 @@ verifier then scores each answer with the prover's ids and a logprobs claim:
 
 - vLLM's own stated values (its default ``raw_logprobs`` mode);
 - values computed on CPU by transformers for the same tokens, in each
-  ``--logprobs-mode``, from the same model (honest: within float32 rounding of
-  the verifier's) or from the other tiny model (another model's: every token,
-  the text and the margins agree, only the values give it away).
+  ``--logprobs-mode`` (vLLM's own sampler code on those logits, min_p and top-p
+  included), from the same model (honest: within float32 rounding of the
+  verifier's) or from the other tiny model (another model's: every token, the
+  text and the margins agree, only the values give it away).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from verifierd.engine.backend import EngineBackend, EngineSpec, ScoreRequest
 from verifierd.evidence.client_view import CHAT, ChoiceEvidence
 from verifierd.evidence.logprobs import FLOOR, ClaimedPosition, LogprobsClaim, TopEntry
 from verifierd.evidence.vllm_views import render_request
+from verifierd.logit_adjustments import NEUTRAL, LogitAdjustments
 
 pytestmark = [pytest.mark.vllm, MAY_TRAIN]
 
@@ -43,20 +45,13 @@ SAMPLINGS = {
     "greedy": {"temperature": 0.0},
     "sampled": {"temperature": 0.7, "seed": 2},
     "top-k": {"temperature": 1.3, "top_k": 20, "seed": 3},
+    "top-p": {"temperature": 0.9, "top_p": 0.9, "seed": 4},
+    "min-p": {"temperature": 1.0, "min_p": 0.05, "seed": 5},
 }
-#: The modes each request's values can be replayed in (verifierd.engine.logprobs_modes):
-#: processed_logprobs at T=0.7 without a top-k would need the whole row's normaliser.
-REPLAYED = {
-    ("raw_logprobs", "greedy"),
-    ("raw_logprobs", "sampled"),
-    ("raw_logprobs", "top-k"),
-    ("raw_logits", "sampled"),
-    ("processed_logits", "greedy"),
-    ("processed_logits", "sampled"),
-    ("processed_logits", "top-k"),
-    ("processed_logprobs", "greedy"),
-    ("processed_logprobs", "top-k"),
-}
+#: A penalty moves the logits before the processed modes' processing, out of the
+#: recorder's sight: those modes are not replayed for it.
+PENALISED = {"temperature": 0.9, "top_p": 0.9, "seed": 6, "repetition_penalty": 1.2}
+MODES = ("raw_logprobs", "raw_logits", "processed_logits", "processed_logprobs")
 
 
 @dataclass(frozen=True)
@@ -99,7 +94,7 @@ def _answer(backend: EngineBackend, name: str) -> Answer:
         "ignore_eos": True,
         "logprobs": True,
         "top_logprobs": TOP,
-        **SAMPLINGS[name],
+        **{**SAMPLINGS, "penalised": PENALISED}[name],
     }
     llm = backend._llm
     rendered = render_request(llm, CHAT, json.dumps(body))
@@ -132,15 +127,29 @@ def _answer(backend: EngineBackend, name: str) -> Answer:
     sampling = SamplingSettings(
         temperature=float(body["temperature"]),
         top_k=int(body.get("top_k", -1)),
+        top_p=float(body.get("top_p", 1.0)),
+        min_p=float(body.get("min_p", 0.0)),
         seed=body.get("seed"),
     )
     return Answer(evidence, sampling, prompt, tuple(answer.token_ids), LogprobsClaim(positions))
 
 
-def _scored(engine: Engine, answer: Answer, claim: LogprobsClaim, mode: str) -> Any:
+def _scored(
+    engine: Engine,
+    answer: Answer,
+    claim: LogprobsClaim,
+    mode: str,
+    adjustments: LogitAdjustments = NEUTRAL,
+) -> Any:
     evidence = replace(answer.evidence, claimed_logprobs=claim)
     request = ScoreRequest(
-        "r", answer.prompt, answer.output, answer.sampling, evidence=evidence, logprobs_mode=mode
+        "r",
+        answer.prompt,
+        answer.output,
+        answer.sampling,
+        adjustments,
+        evidence=evidence,
+        logprobs_mode=mode,
     )
     [result] = engine.backend.score([request], PROFILE, 10.0)
     # The tokens are the model's own: whatever the values, Token-DiFR sees nothing.
@@ -163,8 +172,9 @@ def test_vllms_own_stated_logprobs_agree(engine: Engine, name: str) -> None:
     assert result.logprobs.over(TOLERANCE) is None, result.logprobs
 
 
-@pytest.mark.parametrize(("mode", "name"), sorted(REPLAYED))
-def test_honest_values_agree_and_another_models_fail_in_every_replayed_mode(
+@pytest.mark.parametrize("name", sorted(SAMPLINGS))
+@pytest.mark.parametrize("mode", MODES)
+def test_honest_values_agree_and_another_models_fail_in_every_mode(
     engine: Engine, mode: str, name: str
 ) -> None:
     answer = _answer(engine.backend, name)
@@ -177,9 +187,10 @@ def test_honest_values_agree_and_another_models_fail_in_every_replayed_mode(
 
 
 def test_a_mode_the_rows_do_not_determine_checks_the_shape_only(engine: Engine) -> None:
-    answer = _answer(engine.backend, "sampled")
+    answer = _answer(engine.backend, "penalised")
+    penalised = LogitAdjustments.from_request(repetition_penalty=1.2)
     claim = _reference_claim(engine, answer, engine.other_dir, "processed_logprobs")
-    assert _scored(engine, answer, claim, "processed_logprobs").logprobs is None
+    assert _scored(engine, answer, claim, "processed_logprobs", penalised).logprobs is None
     # Its shape is still checked: an entry missing is a FAIL.
     evidence = replace(answer.evidence, claimed_logprobs=LogprobsClaim(claim.positions[1:]))
     request = ScoreRequest(
@@ -187,6 +198,7 @@ def test_a_mode_the_rows_do_not_determine_checks_the_shape_only(engine: Engine) 
         answer.prompt,
         answer.output,
         answer.sampling,
+        penalised,
         evidence=evidence,
         logprobs_mode="processed_logprobs",
     )

@@ -7,6 +7,8 @@ import math
 import numpy as np
 import torch
 
+from verifierd.difr import SamplingSettings
+from verifierd.engine.kept_sets import BAND, SLACKS
 from verifierd.engine.logprob_check import _rows_by_position
 from verifierd.engine.logprob_rows import LogprobRecorder, LogprobRows, LogprobsSpec
 
@@ -63,3 +65,16 @@ def test_a_restart_position_takes_the_distribution_of_the_earlier_pass() -> None
     assert values[3] == float(second.sampled[0])
     # A position no pass computed leaves nothing to compare.
     assert _rows_by_position((*final, 1, 1), [((5, 0, 3), first), (final, second)]) is None
+
+
+def test_a_spec_with_sampling_travels_in_extra_args_and_bands_each_row() -> None:
+    sampling = SamplingSettings(temperature=0.7, top_k=4, top_p=0.9, min_p=0.05)
+    spec = LogprobsSpec(3, "raw_logits", sampling)
+    assert LogprobsSpec.from_extra(spec.to_extra()) == spec
+    broken = {"veritap_logprobs": {"top": 3, "mode": "raw_logits", "sampling": {"top_p": 2}}}
+    assert LogprobsSpec.from_extra(broken) is None
+    recorder = LogprobRecorder("j", spec, len(PROMPT), 0)
+    recorder.wrap(_logits, (*PROMPT, 5, 0))(torch.ones(3, 1))
+    rows = LogprobRows.from_tuple(recorder.rows().to_tuple())
+    assert rows.bands is not None and rows.bands.shape == (3, len(SLACKS), len(BAND))
+    assert _recorded("raw_logits", (5, 0, 4), 0, 4).bands is None

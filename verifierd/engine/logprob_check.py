@@ -18,13 +18,18 @@ import math
 from collections.abc import Sequence
 from typing import Any, Protocol
 
+import numpy as np
+
 from verifierd.difr import SamplingSettings
+from verifierd.engine.kept_sets import SLACKS
 from verifierd.engine.logprob_rows import LogprobRows, LogprobsSpec
-from verifierd.engine.logprobs_modes import ModeReplay, mode_replay
+from verifierd.engine.logprobs_modes import ModeReplay, Reading, mode_replay
 from verifierd.evidence.claims import Finding, first_difference
 from verifierd.evidence.client_view import CHAT, ChoiceEvidence
 from verifierd.evidence.logprobs import (
+    FLOOR,
     MAX_TOP,
+    ClaimedPosition,
     LogprobsComparison,
     RankedToken,
     ShapeMismatch,
@@ -91,11 +96,11 @@ def check_logprobs(
 
     chat, requested = evidence.dialect == CHAT, _requested_top(evidence)
     replay = _replay(choice)
-    derived = [] if replay is None else [(o, replay.derive(rows)) for o, rows in passes]
+    readings = [] if replay is None else [replay.readings(rows) for _, rows in passes]
     found = (
         None
-        if any(rows is None for _, rows in derived)
-        else _rows_by_position(output, [(o, rows) for o, rows in derived if rows is not None])
+        if replay is None or any(r is None for r in readings)
+        else _rows_by_position(output, passes)
     )
     if found is None:
         output_names = convert_ids_list_to_tokens(tokenizer, list(output))
@@ -109,15 +114,79 @@ def check_logprobs(
         ids.append(output[i])
         ids.extend(int(t) for t in rows.top_ids[r])
     names = iter(convert_ids_list_to_tokens(tokenizer, ids))
-    verified = []
-    for rows, r, value in found:
+    named = []
+    for rows, r, _ in found:
         sampled = verified_name(next(names))
-        top = tuple(RankedToken(verified_name(next(names)), float(v)) for v in rows.top_values[r])
-        verified.append(VerifiedPosition(sampled, value, top))
-    result = compare(claim, verified, chat=chat, requested_top=requested)
-    if isinstance(result, ShapeMismatch):
-        return Finding(Reason.LOGPROBS_MISMATCH, result.detail)
-    return result
+        named.append((sampled, [verified_name(next(names)) for _ in rows.top_ids[r]]))
+    mismatch = check_shape(
+        claim, [sampled for sampled, _ in named], chat=chat, requested_top=requested
+    )
+    if mismatch is not None:
+        return Finding(Reason.LOGPROBS_MISMATCH, mismatch.detail)
+    pass_of = {id(rows): p for p, (_, rows) in enumerate(passes)}
+    at = [readings[pass_of[id(rows)]] or [] for rows, _, _ in found]
+    compared = []
+    for level, slack in enumerate(SLACKS if any(len(a) > 1 for a in at) else (0.0,)):
+        verified = [
+            _verified(a[min(level, len(a) - 1)], position, names, c)
+            for a, position, names, c in zip(at, found, named, claim.positions, strict=True)
+        ]
+        result = compare(claim, verified, chat=chat, requested_top=requested)
+        if isinstance(result, ShapeMismatch):
+            return Finding(Reason.LOGPROBS_MISMATCH, result.detail)
+        compared.append((slack, result))
+    return _least_slack(compared)
+
+
+def _verified(
+    reading: Reading,
+    position: tuple[LogprobRows, int, float | None],
+    names: tuple[str | None, Sequence[str | None]],
+    claimed: ClaimedPosition,
+) -> VerifiedPosition:
+    """The verifier's position under ``reading`` (the rows, row and scored value of
+    `_rows_by_position`; vLLM's names of the scored and top tokens), its normaliser
+    (``processed_logprobs``) the one in the reading's range nearest the claim."""
+    rows, r, value = position
+    sampled, top_names = names
+    top, maybe = reading.values(r, rows.top_values[r])
+    scored = None if value is None else reading.values(r, np.array([value]))[0][0]
+    lo, hi = reading.normalisers(r)
+    norm = lo
+    if lo != hi:
+        offsets = [] if scored is None or not np.isfinite(scored) else [scored - claimed.logprob]
+        mine = {n: v for n, v, m in zip(top_names, top, maybe, strict=True) if not m}
+        offsets += [
+            mine[t.token] - t.logprob
+            for t in claimed.top
+            if t.logprob > FLOOR and np.isfinite(mine.get(t.token, -np.inf))
+        ]
+        if offsets:
+            norm = np.float32(np.clip((min(offsets) + max(offsets)) / 2, lo, hi))
+    return VerifiedPosition(
+        sampled,
+        None if scored is None else float(scored - norm),
+        tuple(
+            RankedToken(n, float(v - norm), bool(m))
+            for n, v, m in zip(top_names, top, maybe, strict=True)
+        ),
+    )
+
+
+def _least_slack(compared: Sequence[tuple[float, LogprobsComparison]]) -> LogprobsComparison:
+    """Per position, the reading of least max(slack, deviation) (module docstring of
+    `verifierd.engine.logprobs_modes`)."""
+    scores = [[max(slack, d) for d in comparison.deviations] for slack, comparison in compared]
+    best = [
+        min(range(len(compared)), key=[s[i] for s in scores].__getitem__)
+        for i in range(len(scores[0]))
+    ]
+    return LogprobsComparison(
+        deviations=tuple(scores[k][i] for i, k in enumerate(best)),
+        tokens=tuple(compared[k][1].tokens[i] for i, k in enumerate(best)),
+        claimed=tuple(compared[k][1].claimed[i] for i, k in enumerate(best)),
+        verified=tuple(compared[k][1].verified[i] for i, k in enumerate(best)),
+    )
 
 
 def _rows_by_position(

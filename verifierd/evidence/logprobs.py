@@ -19,9 +19,12 @@ ways (pure code: values in, findings out):
   *deviation* is the largest of |claimed - verified| over the sampled token and
   every claimed top entry, and of how far a token the verifier ranks inside the
   claimed list's range sits above the lowest claimed value when the claim leaves
-  it out. Near ties at the list's edge cost their (tiny) difference only. The
-  response's statistic is its largest deviation; the commitment's calibrated
-  ``logprobs_tolerance`` decides it (`LogprobsComparison.over`).
+  it out. Near ties at the list's edge cost their (tiny) difference only. A
+  token the verifier marks ``maybe_masked`` (a processed mode whose min_p or
+  top-p threshold sits within the prover's rounding of it) matches its value or
+  the floor, and the claim may leave it out. The response's statistic is its
+  largest deviation; the commitment's calibrated ``logprobs_tolerance`` decides
+  it (`LogprobsComparison.over`).
 
 vLLM clamps every value at -9999 (its stand-in for -inf); the verifier's values
 are clamped the same way. A token whose own decoding ends in U+FFFD (an
@@ -60,6 +63,9 @@ class RankedToken:
     #: vLLM's name for it; None where vLLM names it from its context.
     token: str | None
     logprob: float
+    #: The prover's numerics may have masked it (a kept set left open by a threshold
+    #: within its rounding): the floor matches too, and the claim may leave it out.
+    maybe_masked: bool = False
 
 
 @dataclass(frozen=True)
@@ -352,6 +358,8 @@ def _deviation(c: ClaimedPosition, v: VerifiedPosition) -> tuple[float, str, flo
     mine: dict[str | None, list[float]] = {}
     for ranked in v.top:
         mine.setdefault(ranked.token, []).append(max(FLOOR, ranked.logprob))
+        if ranked.maybe_masked:
+            mine[ranked.token].append(FLOOR)
     unnamed = mine.get(None, [])
     worst = (
         (0.0, c.token, c.logprob, math.nan)
@@ -375,7 +383,7 @@ def _deviation(c: ClaimedPosition, v: VerifiedPosition) -> tuple[float, str, flo
     named = {t.token for t in listed} | {c.token}
     for ranked in _leading(v.top, c.token, len(listed)):
         name = ranked.token
-        if name is not None and name not in named:
+        if name is not None and name not in named and not ranked.maybe_masked:
             candidate = (ranked.logprob - lowest_claimed, name, lowest_claimed, ranked.logprob)
             worst = max(worst, candidate, key=lambda r: r[0])
     return worst
