@@ -14,7 +14,11 @@ from its case, each cut to a length drawn log-uniformly from 16 to 1,000 tokens
 (a prefix: the same seed generates the same first tokens), and its state is
 updated once per response (`verifierd.provers.sequential.update`), all on day 1,
 until the alarm or a cap of pooled tokens. Dishonest provers claim the float32
-commitment (detection.py's cases); each case gets --provers of them.
+commitment (detection.py's cases) and, where WORKDIR/margins-bfloat16.npz holds them
+(bench/bfloat16_dishonest.py: the same cases generated in bfloat16 and scored against
+the bfloat16 commitment), the bfloat16 one, each against the test the daemon runs for
+the commitment it claims (calibrated on that commitment's honest half: per response
+where it saw a cluster); each case gets --provers of them.
 
 Reported per dishonest case: pooled tokens until the alarm (the token at which
 the e-value crossed; median, 99th percentile, a prover that never crossed
@@ -34,6 +38,13 @@ token (what clustered honest noise does to a per-token null). Last, the null's
 own case: synthetic calibrations and provers exceeding at one rate, at alpha =
 1e-2, where a rate is measurable, against that bound.
 
+For the slowest case of each commitment (by p99), the p99's spread: over other draws
+of --provers provers, over one draw ten times as large and over as large draws from
+its responses resampled with replacement, beside the reference of the k-th changed
+token (a test that needs k changed tokens cannot alarm before it); and, where
+calibration saw no margin above 0, tokens to alarm had it seen N exact honest tokens,
+with how many changed tokens an alarm needs then within how many pooled tokens.
+
 Targets (issue #16): median <= 300 and 99th percentile <= 1,000 pooled tokens
 for every dishonest case; 0 false alarms over >= 10^6 honest pooled tokens per
 commitment. The result is the worst case's median tokens to alarm.
@@ -41,7 +52,8 @@ commitment. The result is the worst case's median tokens to alarm.
     python bench/prover_alarms.py --workdir .bench/alarms/random [--workdir ...]
                                   [--provers 200] [--honest-tokens 1000000] [--quick]
 
-or, after a detection run, ``python bench/detection.py --prover-alarms ...``.
+or, after a detection run, ``python bench/detection.py --prover-alarms ...``; first
+``python bench/bfloat16_dishonest.py --workdir ...`` for the cases claiming bfloat16.
 """
 
 from __future__ import annotations
@@ -81,6 +93,12 @@ FIRST_SHARE = alpha_share(1)
 DISHONEST_CAP = 20_000
 #: Pooled tokens per honest prover.
 HONEST_STREAM = 5_000
+#: The references of the p99 spread: the k-th changed token for k up to this (a test
+#: that needs k changed tokens cannot alarm before the k-th).
+CHANGED_KEPT = 4
+#: The p99 spread: draws of --provers provers, and draws of LARGE x --provers provers
+#: (one, then bootstraps of the responses).
+SPREAD_DRAWS, SPREAD_BOOTSTRAPS, LARGE = 10, 3, 10
 Margins = npt.NDArray[np.float64]
 
 
@@ -104,6 +122,25 @@ def from_pool(pool: Sequence[Margins], rng: np.random.Generator) -> Callable[[in
     return lambda length: pool[int(rng.integers(len(pool)))][:length]
 
 
+def response_length(rng: np.random.Generator) -> int:
+    """A response's length: log-uniform in MIN_LENGTH..MAX_LENGTH tokens."""
+    return round(math.exp(rng.uniform(math.log(MIN_LENGTH), math.log(MAX_LENGTH))))
+
+
+def changed_tokens(
+    respond: Callable[[int], Margins], k: int, cap: int, rng: np.random.Generator
+) -> list[int]:
+    """Pooled tokens of the first ``k`` changed tokens (margin > 0) of a prover sending
+    responses from ``respond`` (no test: its stream goes on until the k-th or ``cap``)."""
+    found: list[int] = []
+    pooled = 0
+    while len(found) < k and pooled < cap:
+        m = respond(response_length(rng))
+        found += [pooled + int(i) + 1 for i in np.flatnonzero(m > 0)]
+        pooled += m.size
+    return found[:k]
+
+
 def simulate(
     test: SequentialTest,
     respond: Callable[[int], Margins],
@@ -115,7 +152,7 @@ def simulate(
     first_changed: int | None = None
     peak = 0.0
     while state.tokens < cap and state.alarm is None:
-        m = respond(round(math.exp(rng.uniform(math.log(MIN_LENGTH), math.log(MAX_LENGTH)))))
+        m = respond(response_length(rng))
         if first_changed is None and (changed := np.flatnonzero(m > 0)).size:
             first_changed = state.tokens + int(changed[0]) + 1
         state = update(state, m, float(state.tokens))
@@ -150,17 +187,33 @@ class Commitment:
     honest: list[Margins]
 
 
+#: Dishonest cases claiming the bfloat16 commitment (bench/bfloat16_dishonest.py).
+BFLOAT16_DISHONEST = "margins-bfloat16.npz"
+#: A dishonest case: (model, commitment dtype, case).
+Case = tuple[str, str, str]
+
+
+def by_case(path: Path) -> dict[str, list[Margins]]:
+    """The margins in ``path`` (cases, margins), by case, in their order."""
+    data = np.load(path)
+    cases, margins = data["cases"], data["margins"]
+    return {
+        case: [margins[i] for i in np.flatnonzero(cases == case)]
+        for case in dict.fromkeys(cases.tolist())
+    }
+
+
 def load(
     workdir: Path, rng: np.random.Generator
-) -> tuple[list[Commitment], dict[str, list[Margins]]]:
-    data = np.load(workdir / "margins.npz")
-    cases, margins = data["cases"], data["margins"]
+) -> tuple[list[Commitment], dict[Case, list[Margins]]]:
+    """The commitments calibrated on half of ``workdir``'s honest responses, and its
+    dishonest cases: those of margins.npz claim float32, those of BFLOAT16_DISHONEST
+    (when there) bfloat16."""
     commitments = []
-    dishonest: dict[str, list[Margins]] = {}
-    for case in dict.fromkeys(cases.tolist()):
-        rows = [margins[i] for i in np.flatnonzero(cases == case)]
+    dishonest: dict[Case, list[Margins]] = {}
+    for case, rows in by_case(workdir / "margins.npz").items():
         if not case.startswith("honest-"):
-            dishonest[case] = rows
+            dishonest[(workdir.name, "float32", case)] = rows
             continue
         order = rng.permutation(len(rows))
         half = len(rows) // 2
@@ -176,6 +229,9 @@ def load(
                 [rows[i] for i in order[half:]],
             )
         )
+    if (workdir / BFLOAT16_DISHONEST).exists():
+        for case, rows in by_case(workdir / BFLOAT16_DISHONEST).items():
+            dishonest[(workdir.name, "bfloat16", case)] = rows
     return commitments, dishonest
 
 
@@ -218,29 +274,30 @@ def null_alarms(
 
 
 def dishonest_table(
-    dishonest: dict[tuple[str, str], list[Margins]],
-    tests: dict[str, SequentialTest],
+    dishonest: dict[Case, list[Margins]],
+    tests: dict[tuple[str, str], SequentialTest],
     provers: int,
     rng: np.random.Generator,
-) -> dict[tuple[str, str], tuple[int, int]]:
-    """Print the dishonest cases' table; return each case's (median, p99) tokens to alarm."""
+) -> dict[Case, tuple[int, int]]:
+    """Print the dishonest cases' table, each against the test of the commitment it
+    claims; return each case's (median, p99) tokens to alarm."""
     print(
-        "\n| model | prover | provers | alarmed | median tokens to alarm | p99 "
-        "| median scored when raised | median first changed token | x first changed |"
+        "\n| model | commitment (unit) | prover | provers | alarmed | median tokens to alarm "
+        "| p99 | median scored when raised | median first changed token | x first changed |"
     )
-    print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---|---|---|---:|---:|---:|---:|---:|---:|---:|")
     out = {}
-    for (model, case), pool in dishonest.items():
-        runs = [
-            simulate(tests[model], from_pool(pool, rng), DISHONEST_CAP, rng) for _ in range(provers)
-        ]
+    for (model, dtype, case), pool in dishonest.items():
+        test = tests[(model, dtype)]
+        runs = [simulate(test, from_pool(pool, rng), DISHONEST_CAP, rng) for _ in range(provers)]
         tokens = [r.alarm_token for r in runs]
         median, p99 = (quantile(tokens, q, DISHONEST_CAP) for q in (0.5, 0.99))
         first = quantile([r.first_changed for r in runs], 0.5, DISHONEST_CAP)
         raised = quantile([r.raised_after for r in runs], 0.5, DISHONEST_CAP)
-        out[(model, case)] = (median, p99)
+        out[(model, dtype, case)] = (median, p99)
         print(
-            f"| {model} | {case} | {provers} | {sum(t is not None for t in tokens)} "
+            f"| {model} | {dtype} ({test.unit}) | {case} | {provers} "
+            f"| {sum(t is not None for t in tokens)} "
             f"| {cell(median, DISHONEST_CAP)} | {cell(p99, DISHONEST_CAP)} "
             f"| {cell(raised, DISHONEST_CAP)} | {cell(first, DISHONEST_CAP)} "
             f"| {median / first:.2f} |",
@@ -311,22 +368,44 @@ def null_table(provers: int, rng: np.random.Generator) -> None:
         )
 
 
+def reach(test: SequentialTest, exceeding: int) -> int:
+    """The most pooled units among which ``exceeding`` exceeding ones still raise the
+    alarm on day 1 (0: none do); ln E falls with the units at fixed exceedances."""
+
+    def alarms(units: int) -> bool:
+        counts = np.array([[exceeding] * len(test.levels)], dtype=np.int64)
+        log_e = test.log_e_values(np.array([units], dtype=np.int64), counts)[0]
+        return bool(log_e >= test.log_threshold(1))
+
+    if not alarms(exceeding):
+        return 0
+    lo, hi = exceeding, exceeding
+    while alarms(hi) and hi < 10**12:
+        lo, hi = hi, hi * 2
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if alarms(mid) else (lo, mid)
+    return lo
+
+
 def calibration_size_table(
-    case: tuple[str, str],
+    case: Case,
     pool: list[Margins],
     c: Commitment,
     provers: int,
     rng: np.random.Generator,
 ) -> None:
     """Tokens to alarm of ``case`` had calibration seen more honest tokens, all of them
-    exact like every honest one it saw (only printed when it saw no margin above 0)."""
+    exact like every honest one it saw (only printed when it saw no margin above 0), and
+    how many changed tokens an alarm needs then, within how many pooled tokens."""
     if any(c.tails.exceedances):
         return
     print(
-        f"\n| {' '.join(case)}: calibrated on N exact honest tokens "
-        "| median tokens to alarm | p99 |"
+        f"\n| {case[0]} {case[2]}: calibrated on N exact honest tokens | provers "
+        "| median tokens to alarm | p99 | alarm at 2 changed tokens within | 3 within "
+        "| 4 within |"
     )
-    print("|---|---:|---:|")
+    print("|---|---:|---:|---:|---:|---:|---:|")
     for tokens in dict.fromkeys((c.tails.tokens, 10**6, 10**7)):
         test = first_test(replace(c.tails, tokens=tokens), DEFAULT_FALSE_ALARM_PER_DAY)
         alarms = [
@@ -334,10 +413,62 @@ def calibration_size_table(
             for _ in range(provers)
         ]
         median, p99 = (quantile(alarms, q, DISHONEST_CAP) for q in (0.5, 0.99))
+        within = " | ".join(f"{reach(test, k):,}" for k in (2, 3, 4))
         print(
-            f"| N = {tokens:,}{' (this run)' if tokens == c.tails.tokens else ''} "
-            f"| {cell(median, DISHONEST_CAP)} | {cell(p99, DISHONEST_CAP)} |",
+            f"| N = {tokens:,}{' (this run)' if tokens == c.tails.tokens else ''} | {provers} "
+            f"| {cell(median, DISHONEST_CAP)} | {cell(p99, DISHONEST_CAP)} | {within} |",
             flush=True,
+        )
+
+
+def p99_spread_table(
+    case: Case, pool: list[Margins], test: SequentialTest, provers: int, rng: np.random.Generator
+) -> None:
+    """How much ``case``'s p99 tokens to alarm moves between draws: SPREAD_DRAWS draws of
+    ``provers`` provers, one of LARGE x ``provers``, and SPREAD_BOOTSTRAPS as large, each
+    from the case's responses resampled with replacement (other responses the same
+    prover could have generated); beside it, the reference: when the k-th changed
+    token comes in LARGE x ``provers`` provers' streams from the same responses, which
+    a test needing k of them cannot beat."""
+    print(
+        f"\n| {' '.join(case)}: p99 over draws | draws x provers | p99 min | p99 median "
+        "| p99 max | median tokens to alarm (min-max) |"
+    )
+    print("|---|---:|---:|---:|---:|---:|")
+    for label, draws, size, resample in (
+        ("other draws of provers", SPREAD_DRAWS, provers, False),
+        ("a large draw", 1, LARGE * provers, False),
+        ("the responses resampled", SPREAD_BOOTSTRAPS, LARGE * provers, True),
+    ):
+        p99s, medians = [], []
+        for _ in range(draws):
+            responses = (
+                [pool[i] for i in rng.integers(len(pool), size=len(pool))] if resample else pool
+            )
+            runs = [
+                simulate(test, from_pool(responses, rng), DISHONEST_CAP, rng) for _ in range(size)
+            ]
+            tokens = [r.alarm_token for r in runs]
+            p99s.append(quantile(tokens, 0.99, DISHONEST_CAP))
+            medians.append(quantile(tokens, 0.5, DISHONEST_CAP))
+        print(
+            f"| {label} | {draws} x {size:,} | {cell(min(p99s), DISHONEST_CAP)} "
+            f"| {cell(int(np.median(p99s)), DISHONEST_CAP)} | {cell(max(p99s), DISHONEST_CAP)} "
+            f"| {min(medians):,}-{max(medians):,} |",
+            flush=True,
+        )
+    print(f"\n| {' '.join(case)}: reference | provers | median pooled token | p99 |")
+    print("|---|---:|---:|---:|")
+    streams = [
+        changed_tokens(from_pool(pool, rng), CHANGED_KEPT, DISHONEST_CAP, rng)
+        for _ in range(LARGE * provers)
+    ]
+    for k in range(1, CHANGED_KEPT + 1):
+        at = [found[k - 1] if len(found) >= k else None for found in streams]
+        print(
+            f"| changed token {k} | {len(streams):,} "
+            f"| {cell(quantile(at, 0.5, DISHONEST_CAP), DISHONEST_CAP)} "
+            f"| {cell(quantile(at, 0.99, DISHONEST_CAP), DISHONEST_CAP)} |"
         )
 
 
@@ -362,12 +493,12 @@ def report(workdirs: Sequence[Path], provers: int, honest_tokens: int, null_prov
     the result line."""
     rng = np.random.default_rng(16)
     commitments: list[Commitment] = []
-    dishonest: dict[tuple[str, str], list[Margins]] = {}
+    dishonest: dict[Case, list[Margins]] = {}
     for workdir in workdirs:
-        mine, cases = load(workdir, rng)
-        commitments += mine
-        dishonest.update({(workdir.name, case): rows for case, rows in cases.items()})
-    float32 = {c.model: c.test for c in commitments if c.dtype == "float32"}
+        calibrated, cases = load(workdir, rng)
+        commitments += calibrated
+        dishonest.update(cases)
+    tests = {(c.model, c.dtype): c.test for c in commitments}
 
     print(
         f"# alpha {DEFAULT_FALSE_ALARM_PER_DAY:g} per prover per day; responses of "
@@ -383,26 +514,39 @@ def report(workdirs: Sequence[Path], provers: int, honest_tokens: int, null_prov
             f"{c.tails.responses} responses ({c.tails.clustered} with a cluster), delta_max "
             f"{t.delta_max:.3g}; per {t.unit}, of {t.calibration_units:,} exceeding {levels}"
         )
-    alarm_tokens = dishonest_table(dishonest, float32, provers, rng)
+    alarm_tokens = dishonest_table(dishonest, tests, provers, rng)
     false_alarms, pooled = honest_table(commitments, honest_tokens, rng)
     null_table(null_provers, rng)
 
+    claims = list(dict.fromkeys(dtype for _, dtype, _ in alarm_tokens))
+    for dtype in claims:
+        slowest = max((k for k in alarm_tokens if k[1] == dtype), key=lambda k: alarm_tokens[k][1])
+        test = tests[(slowest[0], dtype)]
+        p99_spread_table(slowest, dishonest[slowest], test, provers, rng)
+        commitment = next(c for c in commitments if (c.model, c.dtype) == (slowest[0], dtype))
+        calibration_size_table(slowest, dishonest[slowest], commitment, LARGE * provers, rng)
+
     worst = max(alarm_tokens, key=lambda k: alarm_tokens[k][0])
-    worst_p99 = max(p99 for _, p99 in alarm_tokens.values())
-    median = alarm_tokens[worst][0]
-    worst_commitment = next(c for c in commitments if (c.model, c.dtype) == (worst[0], "float32"))
-    calibration_size_table(worst, dishonest[worst], worst_commitment, provers, rng)
+    worst_p99 = max(alarm_tokens, key=lambda k: alarm_tokens[k][1])
+    median, p99 = alarm_tokens[worst][0], alarm_tokens[worst_p99][1]
     ok = (
         median <= TARGET_MEDIAN
-        and worst_p99 <= TARGET_P99
+        and p99 <= TARGET_P99
         and false_alarms == 0
         and min(pooled) >= 1_000_000
     )
     print(
         f"\nhonest false alarms: {false_alarms} over {sum(pooled):,} pooled tokens "
         f"({len(commitments)} commitments); worst median: {' '.join(worst)}; "
-        f"worst p99: {worst_p99:.0f} (target {TARGET_P99})"
+        f"worst p99: {cell(p99, DISHONEST_CAP)} ({' '.join(worst_p99)}; target {TARGET_P99})"
     )
+    for dtype in claims:
+        of_claim = [v for k, v in alarm_tokens.items() if k[1] == dtype]
+        print(
+            f"claiming {dtype}: worst median {cell(max(m for m, _ in of_claim), DISHONEST_CAP)}, "
+            f"worst p99 {cell(max(p for _, p in of_claim), DISHONEST_CAP)} "
+            f"over {len(of_claim)} cases"
+        )
     print(
         f"result: worst_median_tokens_to_alarm={median:.0f} target={TARGET_MEDIAN} "
         f"{'ok' if ok else 'short'}"

