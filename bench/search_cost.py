@@ -9,7 +9,9 @@ engine renders the prompt and the tokenization search finds the ids. Rounds
 alternate ids / text; medians are reported. Counted by the backend: engine
 calls, scoring passes (requests), logits rows scored (lookahead rows included)
 and prefill positions computed (those the prefix cache did not serve) — the
-compute a loaded machine's wall clock hides.
+compute a loaded machine's wall clock hides. A digest of every response's margins
+(float64 bytes) and found ids, per path, shows whether a change to the engine's
+scoring changed any of them (the same digest before and after: not one).
 
     python bench/detection.py --responses 400 --tokens 300 --dishonest "" --without-ids \\
         [--trained] --workdir WORKDIR          # once: generates and keeps the responses
@@ -24,6 +26,7 @@ positions, slow the plain prefill.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import pickle
 import statistics
 import sys
@@ -109,6 +112,18 @@ class Row:
     #: Responses whose generated ids the search found (no finding).
     exact: int
     restarts_median: int
+    #: `digest` of the with-ids and the from-text results.
+    ids_digest: str
+    text_digest: str
+
+
+def digest(results: Sequence[ScoreResult]) -> str:
+    """A short digest of every result's margins (float64 bytes) and found ids."""
+    h = hashlib.sha256()
+    for r in results:
+        h.update(r.difr.margins.astype("<f8").tobytes())
+        h.update(repr(r.found_ids).encode())
+    return h.hexdigest()[:12]
 
 
 def measure_dtype(
@@ -121,7 +136,8 @@ def measure_dtype(
         score(backend, ids[:4])  # warm-up
         with_ids, from_text = [], []
         for _ in range(rounds):
-            with_ids.append(measure(backend, ids)[0])
+            cost, scored = measure(backend, ids)
+            with_ids.append(cost)
             cost, found = measure(backend, text)
             from_text.append(cost)
     finally:
@@ -136,6 +152,8 @@ def measure_dtype(
         median_cost(from_text),
         exact,
         restarts[len(restarts) // 2],
+        digest(scored),
+        digest(found),
     )
 
 
@@ -227,9 +245,10 @@ def main() -> int:
     block = args.kv_block_size or "default"
     print(
         "| model | dtype | KV block | responses | ids found exactly | restarts median "
-        "| prefill positions | rows | passes | engine calls | wall (median) |"
+        "| prefill positions | rows | passes | engine calls | wall (median) "
+        "| digest ids / text |"
     )
-    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
     worst = 0.0
     for row in rows:
         ids_cost, text_cost = row.with_ids, row.from_text
@@ -242,7 +261,8 @@ def main() -> int:
             f"| {rows_r:.2f}x ({text_cost.rows} / {ids_cost.rows}) "
             f"| {passes:.1f}x ({text_cost.passes} / {ids_cost.passes}) "
             f"| {calls:.0f}x ({text_cost.engine_calls} / {ids_cost.engine_calls}) "
-            f"| {wall:.2f}x ({text_cost.wall_s:.2f}s / {ids_cost.wall_s:.2f}s) |"
+            f"| {wall:.2f}x ({text_cost.wall_s:.2f}s / {ids_cost.wall_s:.2f}s) "
+            f"| {row.ids_digest} / {row.text_digest} |"
         )
     verdict = "ok" if worst <= TARGET else "short"
     print(f"result: text_vs_ids_compute_max={worst:.2f} target={TARGET} {verdict}")

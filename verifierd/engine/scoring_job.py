@@ -3,15 +3,16 @@
 The engine prefills prompt + output as one prompt, possibly in several chunks
 (chunked prefill), in position order. A `ScoringJob` turns the hidden states of
 the positions that predicted output tokens (prompt_len - 1 ... prompt_len - 2 + n)
-into logits rows with the engine's own ``compute_logits`` a few rows at a time,
-re-applies the request's logit adjustments (penalties, logit_bias, min_tokens,
-allowed ids, bad words: verifierd.logit_adjustments) as the prover's sampler did,
-scores them against the claimed tokens (the prompt's own later tokens) and keeps
-only the per-token margins. Full logits rows never leave the engine's device.
-The rows of all the jobs one engine step feeds are scored together where their
-settings allow (`StepScoring`), and a response's noise stream resumes where its
-previous pass began (verifierd.engine.stream_cache): a tokenization search scores
-a response in many short passes, and their fixed cost is paid per call.
+into logits rows with the engine's own ``compute_logits``, re-applies the
+request's logit adjustments (penalties, logit_bias, min_tokens, allowed ids, bad
+words: verifierd.logit_adjustments) as the prover's sampler did, scores them
+against the claimed tokens (the prompt's own later tokens) and keeps only the
+per-token margins. Full logits rows never leave the engine's device. The rows of
+all the jobs one engine step feeds get their logits in shared calls and are
+scored together where their settings allow (`StepScoring`), and a response's
+noise stream resumes where its previous pass began
+(verifierd.engine.stream_cache): a tokenization search scores a response in many
+short passes, and their fixed cost is paid per call.
 
 `JobSpec` travels to the engine inside ``SamplingParams.extra_args`` (plain
 JSON-like values, as vLLM's MessagePack transport needs); `JobOutcome` comes
@@ -232,9 +233,9 @@ class ScoringJob:
         """Hidden states of positions [first_pos, first_pos + len(hidden)) of the
         sequence ``token_ids`` (prompt + claimed output).
 
-        The logits rows join ``step`` (scored with the other jobs' rows of the same
-        engine step when it is flushed); without one they are scored before this
-        returns."""
+        The rows join ``step``, which computes their logits together with the other
+        jobs' rows of the same engine step and scores them when it is flushed;
+        without one they are scored before this returns."""
         if self.done:
             return
         if first_pos > self._next:
@@ -250,24 +251,34 @@ class ScoringJob:
         hi = min(first_pos + hidden.shape[0], self._end)
         for a in range(lo, hi, self.spec.chunk_rows):
             b = min(a + self.spec.chunk_rows, hi)
-            t0 = time.perf_counter_ns()
-            z = compute_logits(hidden[a - first_pos : b - first_pos])
-            t1 = time.perf_counter_ns()
             self._next = b
-            self.holds_logits = z is not None
-            if z is None or self.error:
-                continue
-            self.logits_ns += t1 - t0
-            try:
-                rows = self._rows(z, token_ids, a)
-            except Exception as exc:  # keep making the collective calls; report the job
-                self.fail(exc)
-                continue
-            finally:
-                self.scoring_ns += time.perf_counter_ns() - t1
-            step.add(rows)
+            hidden_rows = hidden[a - first_pos : b - first_pos]
+            step.add_span(PendingSpan(self, a, hidden_rows, token_ids, compute_logits))
         if own_step:
             step.flush()
+
+    def take_logits(
+        self,
+        z: torch.Tensor | None,
+        span: PendingSpan,
+        logits_ns: int,
+        step: StepScoring,
+    ) -> None:
+        """The logits rows of ``span`` (None on a rank that receives no logits): they
+        join ``step``'s scoring, adjusted as the prover's sampler adjusted them."""
+        self.holds_logits = z is not None
+        if z is None or self.error:
+            return
+        self.logits_ns += logits_ns
+        t0 = time.perf_counter_ns()
+        try:
+            rows = self._rows(z, span.token_ids, span.first)
+        except Exception as exc:  # keep making the collective calls; report the job
+            self.fail(exc)
+            return
+        finally:
+            self.scoring_ns += time.perf_counter_ns() - t0
+        step.add(rows)
 
     def _rows(self, z: torch.Tensor, token_ids: Sequence[int], a: int) -> PendingRows:
         """The logits rows ``z`` of positions [a, a + len(z)), adjusted as the
@@ -345,6 +356,28 @@ class ScoringJob:
 
 
 @dataclass(frozen=True, eq=False)
+class PendingSpan:
+    """Hidden states of one job's rows waiting in a `StepScoring` for their logits."""
+
+    job: ScoringJob
+    #: The position of the first row.
+    first: int
+    #: [n, hidden] hidden states of positions [first, first + n).
+    hidden: torch.Tensor
+    #: The job's sequence (prompt + claimed output).
+    token_ids: Sequence[int]
+    compute_logits: ComputeLogits
+
+    @property
+    def batch(self) -> Hashable:
+        """Spans with equal batches get their logits from one ``compute_logits`` call:
+        the same function (a job that records its logprobs brings its own), device,
+        dtype and bound on rows per call."""
+        h = self.hidden
+        return (self.compute_logits, h.device, h.dtype, self.job.spec.chunk_rows)
+
+
+@dataclass(frozen=True, eq=False)
 class PendingRows:
     """Logits rows of one job waiting in a `StepScoring`."""
 
@@ -377,18 +410,37 @@ class PendingRows:
 
 
 class StepScoring:
-    """The logits rows the jobs of one engine step fed, scored together.
+    """The rows the jobs of one engine step fed: their logits computed, and the rows
+    scored, together.
 
-    Scoring one job's rows at a time costs the same fixed dispatch per call (the
-    mask, the noise, the margins, the copies to the CPU) however few rows it has;
-    a search pass often scores a handful. Rows of different jobs that share a
-    group (`PendingRows.group`) are stacked into one `token_scores` call of at
-    most ``chunk_rows`` rows, which gives every row the values it gets alone
-    (each operation works row by row; the tests check it bit for bit).
+    Every call has a fixed cost however few rows it has: the lm_head's matmul in
+    ``compute_logits``, and scoring's mask, noise, margins and copies to the CPU;
+    a search pass often scores a handful of rows. The hidden states of all the
+    step's spans that share a batch (`PendingSpan.batch`) go through one
+    ``compute_logits`` call of at most ``chunk_rows`` rows (the lm_head gives each
+    row the logits it gets alone: tests/verifierd/test_engine_backend.py checks it
+    on the engine). Rows of different jobs that share a group (`PendingRows.group`)
+    are stacked into one `token_scores` call of at most ``chunk_rows`` rows, which
+    gives every row the values it gets alone (each operation works row by row; the
+    tests check it bit for bit); rows that one ``compute_logits`` call returned one
+    after another are scored where they are, without a copy.
+
+    The batches depend on positions and specs only, so with tensor parallelism
+    every rank makes the same ``compute_logits`` calls.
     """
 
     def __init__(self) -> None:
+        self._batches: dict[Hashable, list[PendingSpan]] = {}
         self._groups: dict[Hashable, list[PendingRows]] = {}
+
+    def add_span(self, span: PendingSpan) -> None:
+        key = span.batch
+        batch = self._batches.setdefault(key, [])
+        held = sum(s.hidden.shape[0] for s in batch)
+        if batch and held + span.hidden.shape[0] > span.job.spec.chunk_rows:
+            self._compute(batch)
+            batch = self._batches[key] = []
+        batch.append(span)
 
     def add(self, rows: PendingRows) -> None:
         key = rows.group
@@ -400,16 +452,52 @@ class StepScoring:
         group.append(rows)
 
     def flush(self) -> None:
-        """Score every row still waiting."""
+        """Compute and score every row still waiting."""
+        batches, self._batches = self._batches, {}
+        for batch in batches.values():
+            self._compute(batch)
         groups, self._groups = self._groups, {}
         for group in groups.values():
             _score_group(group)
+
+    def _compute(self, batch: Sequence[PendingSpan]) -> None:
+        hidden = _stacked([s.hidden for s in batch])
+        t0 = time.perf_counter_ns()
+        z = batch[0].compute_logits(hidden)
+        elapsed = time.perf_counter_ns() - t0
+        offset = 0
+        for s in batch:
+            n = s.hidden.shape[0]
+            rows = None if z is None else z[offset : offset + n]
+            s.job.take_logits(rows, s, elapsed * n // hidden.shape[0], self)
+            offset += n
+
+
+def _stacked(parts: Sequence[torch.Tensor]) -> torch.Tensor:
+    """The rows of 2-D ``parts`` as one tensor: a view where they lie one after another
+    in one tensor's memory (the slices of one ``compute_logits`` result), else a copy."""
+    first = parts[0]
+    if len(parts) == 1:
+        return first
+    width = first.shape[1]
+    storage, at = first.untyped_storage().data_ptr(), first.storage_offset()
+    for p in parts:
+        adjacent = (
+            p.is_contiguous()
+            and p.shape[1] == width
+            and p.untyped_storage().data_ptr() == storage
+            and p.storage_offset() == at
+        )
+        if not adjacent:
+            return torch.cat(list(parts))
+        at += p.numel()
+    return first.as_strided((sum(p.shape[0] for p in parts), width), (width, 1))
 
 
 def _score_group(group: Sequence[PendingRows]) -> None:
     t0 = time.perf_counter_ns()
     try:
-        z = group[0].z if len(group) == 1 else torch.cat([r.z for r in group])
+        z = _stacked([r.z for r in group])
         claimed = torch.tensor([c for r in group for c in r.claimed], dtype=torch.int64)
         noise = [r.noise for r in group if r.noise is not None]
         scored = token_scores(z, claimed, group[0].job.sampling, noise)
