@@ -501,6 +501,8 @@ class EngineBackend:
                 detokenize=False,
                 extra_args={**s.to_extra(), **(lp.to_extra() if lp is not None else {})},
                 skip_reading_prefix_cache=skip_cache,
+                # Built for this request alone: vLLM need not deep-copy it.
+                skip_clone=True,
                 # For the hook: vLLM adds the EOS ids and tokenizes the bad words.
                 stop_token_ids=list(s.adjustments.stop_token_ids) or None,
                 bad_words=list(s.adjustments.bad_words) or None,
