@@ -28,8 +28,9 @@ request's structured outputs with a structural tag built from the tools
 the server's ``--tool-strict-level`` raised to the parser's default, one call
 only under ``parallel_tool_calls: false``). `tool_choice_params` builds the
 same tag from the captured request with those functions of the installed
-(committed) vLLM; the engine checks it against what vLLM's own
-``adjust_request`` makes of the request before scoring with it.
+(committed) vLLM (the tools read as chat's, or as the Responses API's when in
+its shape); the engine checks it against what vLLM's own ``adjust_request``
+makes of the request before scoring with it.
 
 On a server with a reasoning parser vLLM's engine applies the grammar only from
 the token after the one that ends the reasoning (the parser's
@@ -266,6 +267,7 @@ def tool_choice_params(request: Mapping[str, Any], serving: ServingFlags) -> dic
         )
     from vllm import envs
     from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
+    from vllm.entrypoints.openai.responses.protocol import ResponsesRequest
     from vllm.exceptions import VLLMError
     from vllm.tool_parsers import ToolParserManager
     from vllm.tool_parsers.utils import get_json_schema_from_tools
@@ -279,7 +281,11 @@ def tool_choice_params(request: Mapping[str, Any], serving: ServingFlags) -> dic
         k: request[k] for k in ("tools", "tool_choice", "parallel_tool_calls") if k in request
     }
     try:
-        parsed: Any = ChatCompletionRequest.model_validate({"messages": [], **fields})
+        parsed: Any = (
+            ResponsesRequest.model_validate({"input": "", **fields})
+            if _responses_tools(request.get("tools"))
+            else ChatCompletionRequest.model_validate({"messages": [], **fields})
+        )
         if parser_cls.structural_tag_model is not None and envs.VLLM_ENFORCE_STRICT_TOOL_CALLING:
             return _structural_tag_params(parsed, parser_cls, serving)
         if not parser_cls.supports_required_and_named:
@@ -294,6 +300,14 @@ def tool_choice_params(request: Mapping[str, Any], serving: ServingFlags) -> dic
         # (vLLM's own validators index malformed tools: its server fails them too.)
         raise StructuredOutputError(f"vLLM refuses the tools: {exc!r}") from exc
     return None if schema is None else {"json": schema}
+
+
+def _responses_tools(tools: object) -> bool:
+    """Whether ``tools`` are in the Responses API's shape (a function's name at the
+    top, not under ``function``), which vLLM reads with its ``ResponsesRequest``."""
+    return isinstance(tools, list) and any(
+        isinstance(tool, dict) and "function" not in tool for tool in tools
+    )
 
 
 def _structural_tag_params(parsed: Any, parser_cls: Any, serving: ServingFlags) -> dict[str, Any]:

@@ -176,11 +176,14 @@ class OutputParser:
         gated, see `verifierd.structured_outputs.StructuredOutput`) starts where vLLM's
         server starts it for this request and prompt
         (``ChatCompletionRequest.resolve_reasoning_ended``: False waits for the end,
-        True or None constrain from the first token), else why it does not."""
+        True or None constrain from the first token; the Responses server leaves it
+        to the engine, which waits unless the prompt ends the reasoning, whatever
+        ``include_reasoning`` says), else why it does not."""
         if _is_responses(self._request):
-            # Its server hands the engine the reasoning parser's own gate.
-            return "a grammar on a Responses request to a reasoning server is not replayed"
-        ended = self._request.resolve_reasoning_ended(self._parser(), self._prompt)
+            parser = self._parser()
+            ended = parser.reasoning_parser is None or bool(parser.is_reasoning_end(self._prompt))
+        else:
+            ended = self._request.resolve_reasoning_ended(self._parser(), self._prompt)
         if (reasoning_parser is not None) == (ended is False):
             return None
         if ended is True:

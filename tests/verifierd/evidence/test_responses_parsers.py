@@ -20,23 +20,32 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
+from veritap.v1 import record_pb2
 
 from collector.records import quality_name
 from tests.collector.dialects.test_openai_responses import document, events, one
 from tests.verifierd.evidence.test_tool_calls import (
+    HERMES_CALL,
+    PROFILE,
     REASONING_ONLY,
     SERVING,
+    TOOLS_ONLY,
     Honest,
     _claiming,
     _score,
     backend,
 )
+from verifierd.commitments import GenerationDefaults
 from verifierd.difr import SamplingSettings
 from verifierd.engine.backend import EngineBackend, GenerateRequest
 from verifierd.evidence.api_claims import RESPONSES
 from verifierd.evidence.client_view import CHAT, ReceivedOutput, ToolCallView, choice_evidence
 from verifierd.evidence.vllm_views import RenderError, end_tokens, render_request
+from verifierd.logit_adjustments import NEUTRAL, LogitAdjustments
+from verifierd.request_sampling import request_replay
+from verifierd.samplers import get_profile
 from verifierd.serving_flags import ServingFlags
+from verifierd.structured_outputs import StructuredOutputsEngine
 
 pytestmark = pytest.mark.vllm
 __all__ = ["backend"]  # the scripted model's engine
@@ -174,9 +183,28 @@ def _http_request(request_json: str) -> bytes:
     return b"POST /v1/responses HTTP/1.1\r\ncontent-length: %d\r\n\r\n" % len(data) + data
 
 
-def _honest(backend: EngineBackend, serving: ServingFlags, request_json: str) -> Honest:
-    """What the committed server sends for the request, recorded by the collector and
-    cut into evidence as the verifier reads it."""
+def _adjustments(serving: ServingFlags, request_json: str) -> LogitAdjustments:
+    """The request's logit adjustments as the verifier rebuilds them (its grammar)."""
+    params = {k: v for k, v in json.loads(request_json).items() if k != "input"}
+    sampling = record_pb2.SamplingParams(seed=1, params_json=json.dumps(params, sort_keys=True))
+    return request_replay(
+        sampling,
+        GenerationDefaults(),
+        get_profile(PROFILE),
+        structured_outputs=StructuredOutputsEngine.installed(),
+        request_json=request_json,
+        serving=serving,
+    ).adjustments
+
+
+def _honest(
+    backend: EngineBackend,
+    serving: ServingFlags,
+    request_json: str,
+    adjustments: LogitAdjustments = NEUTRAL,
+) -> Honest:
+    """What the committed server sends for the request (sampled under ``adjustments``),
+    recorded by the collector and cut into evidence as the verifier reads it."""
     from vllm.entrypoints.openai.responses.serving import OpenAIServingResponses
 
     llm = backend._llm
@@ -187,7 +215,7 @@ def _honest(backend: EngineBackend, serving: ServingFlags, request_json: str) ->
     rendered = render_request(llm, RESPONSES, request_json, serving)
     assert list(rendered.prompts[0]) == prompt
     params = request.to_sampling_params(40, {})
-    generate = GenerateRequest("g", tuple(prompt), sampling, max_tokens=40)
+    generate = GenerateRequest("g", tuple(prompt), sampling, max_tokens=40, adjustments=adjustments)
     [generated] = backend.generate([generate])
     steps = _steps(llm, params, prompt, generated.output_token_ids)
     output = generated.output_token_ids[: len(steps)]
@@ -205,7 +233,7 @@ def _honest(backend: EngineBackend, serving: ServingFlags, request_json: str) ->
     record = one(_http_request(request_json), response)
     assert quality_name(record.quality) == "complete", record.quality_reason
     [evidence] = choice_evidence(record, serving)
-    return Honest(evidence, sampling, tuple(prompt), tuple(output), raw)
+    return Honest(evidence, sampling, tuple(prompt), tuple(output), raw, adjustments)
 
 
 def test_the_prompt_and_parameters_are_the_servers(backend: EngineBackend) -> None:
@@ -309,3 +337,50 @@ def test_tools_that_are_not_functions_are_not_replayed(backend: EngineBackend) -
         render_request(backend._llm, RESPONSES, _body(tools=[*TOOLS, custom]), SERVING)
     # Without a tool parser no call is read: the request renders.
     assert render_request(backend._llm, RESPONSES, _body(tools=[*TOOLS, custom]), REASONING_ONLY)
+
+
+NAMED = {"type": "function", "name": "get_weather"}
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["document", "stream"])
+@pytest.mark.parametrize("choice", ["required", NAMED], ids=["required", "named"])
+def test_forced_function_calls_pass_and_edited_arguments_fail(
+    backend: EngineBackend, choice: object, stream: bool
+) -> None:
+    # Without a reasoning parser the grammar applies from the first token, as this
+    # engine applies it.
+    body = _body(seed=9, tool_choice=choice, stream=stream)
+    adjustments = _adjustments(TOOLS_ONLY, body)
+    assert adjustments.structured_output is not None
+    assert set(adjustments.structured_output.params()) == {"structural_tag"}
+    rendered = render_request(backend._llm, RESPONSES, body, TOOLS_ONLY)
+    assert adjustments.structured_output.params() == {
+        "structural_tag": rendered.params.structured_outputs.structural_tag
+    }
+    honest = _honest(backend, TOOLS_ONLY, body, adjustments)
+    assert honest.raw == HERMES_CALL and honest.evidence.received == ReceivedOutput("", "", (CALL,))
+    found = _score(backend, honest, honest.evidence)
+    assert found.finding is None, found.finding
+    assert found.found_ids == honest.output and found.difr.score == 0.0
+    edited = (ToolCallView("get_weather", '{"city": "Rome"}'),)
+    rome = _score(backend, honest, replace(honest.evidence, tool_calls=edited))
+    assert rome.finding is None and rome.difr.score > 0.05
+
+
+def test_the_grammar_waits_for_the_reasoning_whatever_include_reasoning_says(
+    backend: EngineBackend,
+) -> None:
+    body = _body(tool_choice="required")
+    structured = _adjustments(SERVING, body).structured_output
+    assert structured is not None and structured.reasoning_parser == "deepseek_r1"
+    parser = render_request(backend._llm, RESPONSES, body, SERVING).output
+    assert parser is not None and parser.grammar_gate_problem("deepseek_r1") is None
+    # Chat constrains such a request from its first token; vLLM's Responses server
+    # leaves the gate to the engine, which still waits: not replayed, never a FAIL.
+    hidden = _body(tool_choice="required", include_reasoning=False)
+    unconstrained = _adjustments(SERVING, hidden).structured_output
+    assert unconstrained is not None and unconstrained.reasoning_parser is None
+    parser = render_request(backend._llm, RESPONSES, hidden, SERVING).output
+    assert parser is not None
+    problem = parser.grammar_gate_problem(None)
+    assert problem is not None and "waits for the end" in problem
