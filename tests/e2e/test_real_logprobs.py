@@ -11,8 +11,9 @@ model's values over the same ranking: the sampled token, the top token, the
 order and the text are the server's, so Token-DiFR alone sees nothing) and the
 verdict is FAIL with ``logprobs_mismatch``, naming a position and both values.
 A server started with ``--logprobs-mode processed_logprobs`` (the commitment
-carries the mode) has its values checked too where the recorded rows determine
-them (greedy, and a temperature with a top-k): honest PASS, rescaled FAIL.
+carries the mode) has its values checked by value too, under greedy, a top-k,
+top_p=0.9 and min_p=0.05 (the recorder bands each row's kept set on the whole
+row): honest PASS, rescaled FAIL.
 
 Each request names its case in the standard ``user`` field. Needs root for the
 live capture.
@@ -44,10 +45,12 @@ MAX_TOKENS = 12
 SHIFTED = {CHEAT_HEADER: Cheat.SHIFTED_LOGPROBS.value}
 RESCALED = {CHEAT_HEADER: Cheat.RESCALED_LOGPROBS.value}
 PROCESSED = ("--logprobs-mode", "processed_logprobs")
-#: Sampling under which processed_logprobs are replayed (verifierd.engine.logprobs_modes).
+#: Samplings whose processed_logprobs are checked by value (verifierd.engine.logprobs_modes).
 PROCESSED_CASES: dict[str, dict[str, Any]] = {
     "greedy": {"temperature": 0.0},
     "top-k": {"temperature": 1.3, "seed": 41, "extra_body": {"top_k": 20}},
+    "top-p": {"temperature": 0.9, "seed": 42, "top_p": 0.9},
+    "min-p": {"temperature": 1.0, "seed": 43, "extra_body": {"min_p": 0.05}},
 }
 
 
