@@ -141,6 +141,27 @@ def test_an_unknown_top_token_costs_its_height_above_the_verifiers_list() -> Non
     assert abs(compared.deviations[0] - 1.0) < 1e-12
 
 
+def test_a_token_the_prover_may_have_masked_matches_its_value_or_the_floor() -> None:
+    # "x" sits at a top-p cut the prover's rounding could put either side of.
+    open_cut = VerifiedPosition(
+        "a",
+        -0.5,
+        (RankedToken("a", -0.5), RankedToken("x", -1.5, True), RankedToken("y", -9999.0)),
+    )
+    kept = _chat_entry("a", -0.5, [("a", -0.5), ("x", -1.5)])
+    masked = _chat_entry("a", -0.5, [("a", -0.5), ("y", -9999.0)])
+    moved = _chat_entry("a", -0.5, [("a", -0.5), ("x", -1.0)])
+    for entry, deviation in ((kept, 0.0), (masked, 0.0), (moved, 0.5)):
+        result = compare(_claim(_chat_body([entry])), [open_cut], chat=True, requested_top=2)
+        assert isinstance(result, LogprobsComparison) and result.largest == deviation
+    # Surely kept, the same "x" left out costs its height above the listed floor.
+    settled = VerifiedPosition(
+        "a", -0.5, (*open_cut.top[:1], RankedToken("x", -1.5), open_cut.top[2])
+    )
+    result = compare(_claim(_chat_body([masked])), [settled], chat=True, requested_top=2)
+    assert isinstance(result, LogprobsComparison) and result.largest > 9000
+
+
 def test_the_shape_of_the_claim_is_checked() -> None:
     content = _honest_chat()
     content[0] = _chat_entry("A", -0.5, [("A", -0.5), ("x", -1.5)])
