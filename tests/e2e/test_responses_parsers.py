@@ -8,8 +8,9 @@ driven by the official openai SDK's ``client.responses.create`` and its stream
 helper ``client.responses.stream``. The client reads a ``reasoning`` item, a
 ``message`` and a ``function_call``; the collector records them, the verifier
 rebuilds the raw output with the committed parsers: honest answers (streamed and
-not, with and without tools, a second turn with the call's output) PASS; a proxy
-that edits the call's arguments or the reasoning FAILs, streamed and not. A
+not, with and without tools, ``tool_choice`` auto, required and named, a second
+turn with the call's output) PASS; a proxy that edits the call's arguments or
+the reasoning FAILs, streamed and not, and under ``tool_choice`` required. A
 function tool marked ``strict`` gets vLLM's structural-tag grammar under
 ``tool_choice`` auto, which is not replayed: UNVERIFIABLE, never accused. Needs
 root for the live capture.
@@ -53,6 +54,12 @@ REASONING = "The user asks about the weather."
 #: What the client reads: the reasoning, the sentence, the call.
 SHOWN = (REASONING, "Let me check.", [("get_weather", '{"city": "Paris"}')])
 FAILS = frozenset({"score_over_threshold", "usage_mismatch"})
+#: Forced tool choices: vLLM's Hermes parser constrains them with a structural tag of
+#: the tools, applied after the reasoning (the verifier rebuilds it and scores within).
+FORCED: dict[str, Any] = {
+    "required": "required",
+    "named": {"type": "function", "name": "get_weather"},
+}
 
 
 def _client(base_url: str) -> OpenAI:
@@ -117,6 +124,17 @@ def test_honest_reasoning_and_function_calls_pass(tools_pipeline: LivePipeline) 
             shown["no-tools" + suffix] = _shown(
                 _respond(client, "no-tools" + suffix, stream=stream, seed=2)
             )
+            for name, choice in FORCED.items():
+                shown[name + suffix] = _shown(
+                    _respond(
+                        client,
+                        name + suffix,
+                        stream=stream,
+                        seed=7,
+                        tools=TOOLS,
+                        tool_choice=choice,
+                    )
+                )
         call = _respond(client, "call", stream=False, seed=3, tools=TOOLS)
         [function_call] = [item for item in call.output if item.type == "function_call"]
         second_turn: Any = [
@@ -134,6 +152,9 @@ def test_honest_reasoning_and_function_calls_pass(tools_pipeline: LivePipeline) 
     # Streamed or not, the SDK shows the reasoning item, the sentence and the call.
     tools = ["auto", "auto-stream", "greedy", "greedy-stream"]
     assert {n: shown[n] for n in tools} == {n: SHOWN for n in tools}
+    # Forced, the grammar lets the reasoning through, then allows nothing but the call.
+    forced = [n + suffix for n in FORCED for suffix in ("", "-stream")]
+    assert {n: shown[n] for n in forced} == {n: (REASONING, "", SHOWN[2]) for n in forced}
     # Without tools the call is text.
     assert all("<tool_call>" in shown[n][1] for n in ("no-tools", "no-tools-stream"))
     judged = tools_pipeline.wait_for([*shown, "call", "tool-result", "strict"])
@@ -168,6 +189,12 @@ def test_edited_arguments_or_reasoning_fail(
             stream = name.endswith("-stream")
             answer = _respond(client, name, stream=stream, seed=6, cheat=cheat, tools=TOOLS)
             assert _shown(answer) == edited, name
+        name = f"{cheat.value}-required"
+        required = _respond(
+            client, name, stream=False, seed=8, cheat=cheat, tools=TOOLS, tool_choice="required"
+        )
+        assert _shown(required) == (edited[0], "", edited[2])
+        names.append(name)
     judged = tools_pipeline.wait_for(names)
     # The raw output rebuilt from what the client read is text the model did not write
     # (its tokens also disagree with a usage the proxy left alone).
