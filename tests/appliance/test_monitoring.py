@@ -119,3 +119,16 @@ def test_every_metric_named_is_one_the_daemons_export() -> None:
     }
     assert named - exported == set()
     assert {"veritap_prover_alarm", "veritap_verifier_intake_stopped"} <= named
+
+
+def test_verdict_counts_are_of_current_verdicts() -> None:
+    """A verdict a later one superseded (the collector amended its record) is withdrawn: every
+    rule and panel that counts verdicts takes the superseded ones off."""
+    counting = [
+        expression
+        for expression in _rule_expressions() + _dashboard_expressions()
+        if "veritap_verifier_verdicts_total" in expression
+    ]
+    assert len(counting) >= 4
+    for expression in counting:
+        assert "veritap_verifier_verdicts_superseded_total" in expression, expression
