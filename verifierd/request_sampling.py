@@ -101,6 +101,11 @@ _HARMLESS = frozenset(
         "truncate_prompt_tokens",
         "repetition_detection",
         "length_penalty",
+        # Whether the response shows the reasoning (the grammar's reasoning gate reads
+        # it: verifierd.structured_outputs), and the Responses API's reasoning effort,
+        # which only its chat template reads (ResponsesRequest.build_chat_params).
+        "include_reasoning",
+        "reasoning",
         # The Responses and Messages APIs' names for the prompt's and the stop's parts.
         "instructions",
         "max_output_tokens",

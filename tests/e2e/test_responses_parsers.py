@@ -9,7 +9,7 @@ helper ``client.responses.stream``. The client reads a ``reasoning`` item, a
 ``message`` and a ``function_call``; the collector records them, the verifier
 rebuilds the raw output with the committed parsers: honest answers (streamed and
 not, with and without tools, ``tool_choice`` auto, required and named, a second
-turn with the call's output) PASS; a proxy that edits the call's arguments or
+turn with the call's output, a reasoning effort) PASS; a proxy that edits the call's arguments or
 the reasoning FAILs, streamed and not, and under ``tool_choice`` required. A
 function tool marked ``strict`` gets vLLM's structural-tag grammar under
 ``tool_choice`` auto, which is not replayed: UNVERIFIABLE, never accused. Needs
@@ -147,6 +147,9 @@ def test_honest_reasoning_and_function_calls_pass(tools_pipeline: LivePipeline) 
             },
         ]
         _respond(client, "tool-result", stream=False, seed=4, tools=TOOLS, input=second_turn)
+        # A reasoning effort reaches only the chat template.
+        effort: Any = {"effort": "low"}
+        _respond(client, "effort", stream=True, seed=5, tools=TOOLS, reasoning=effort)
         strict = [{**TOOLS[0], "strict": True}]
         _respond(client, "strict", stream=False, seed=5, tools=strict)
     # Streamed or not, the SDK shows the reasoning item, the sentence and the call.
@@ -157,7 +160,7 @@ def test_honest_reasoning_and_function_calls_pass(tools_pipeline: LivePipeline) 
     assert {n: shown[n] for n in forced} == {n: (REASONING, "", SHOWN[2]) for n in forced}
     # Without tools the call is text.
     assert all("<tool_call>" in shown[n][1] for n in ("no-tools", "no-tools-stream"))
-    judged = tools_pipeline.wait_for([*shown, "call", "tool-result", "strict"])
+    judged = tools_pipeline.wait_for([*shown, "call", "tool-result", "effort", "strict"])
     strict_verdict = judged.pop("strict")
     assert (strict_verdict.status, strict_verdict.reason) == (
         "UNVERIFIABLE",

@@ -286,6 +286,15 @@ def test_honest_reasoning_and_function_calls_pass(backend: EngineBackend, stream
     assert found.difr.score == 0.0
 
 
+def test_a_reasoning_effort_is_the_templates_alone(backend: EngineBackend) -> None:
+    # vLLM passes it to the chat template (reasoning_effort, enable_thinking), not to
+    # the sampler: the prompt is the server's and the sampling is replayed.
+    body = _body(reasoning={"effort": "low"}, include_reasoning=True)
+    _, _, prompt = _server_request(backend._llm, SERVING, body)
+    assert list(render_request(backend._llm, RESPONSES, body, SERVING).prompts[0]) == prompt
+    assert _adjustments(SERVING, body) == NEUTRAL
+
+
 def test_a_reasoning_server_without_a_tool_parser_passes(backend: EngineBackend) -> None:
     honest = _honest(backend, REASONING_ONLY, _body(seed=3))
     # The call is content, as the client reads it.
