@@ -75,3 +75,32 @@ async def test_a_superseding_verdict_replaces_its_records_row() -> None:
         assert table.add_live(withdrawing(failed, 20))
         await until(pilot, lambda: rows(table)[0] == ("r1", "UNVERIFIABLE"), "the new verdict")
         assert rows(table) == [("r1", "UNVERIFIABLE"), ("r2", "PASS")]
+
+
+async def test_a_listing_taken_before_a_live_verdict_does_not_undo_it() -> None:
+    app = TableApp(VerdictFilterSpec(statuses=frozenset({FAIL})))
+    async with app.run_test() as pilot:
+        table = app.query_one(VerdictTable)
+        failed, other, new = verdict(1, FAIL, 10), verdict(2, FAIL, 11), verdict(3, FAIL, 30)
+        table.listing()
+        # While the listing is in flight, r1's FAIL is withdrawn and r3 fails.
+        table.add_live(withdrawing(failed, 20))
+        table.add_live(new)
+        table.replace([failed, other])
+        await until(pilot, lambda: table.row_count == 2, "the listing merged with live verdicts")
+        assert rows(table) == [("r3", "FAIL"), ("r2", "FAIL")]
+        # The next listing is the server's alone.
+        table.replace([failed, other])
+        await until(pilot, lambda: rows(table)[-1] == ("r1", "FAIL"), "the plain listing")
+
+
+async def test_a_listing_newer_than_a_live_verdict_wins() -> None:
+    app = TableApp(VerdictFilterSpec())
+    async with app.run_test() as pilot:
+        table = app.query_one(VerdictTable)
+        failed = verdict(1, FAIL, 10)
+        table.listing()
+        table.add_live(failed)
+        table.replace([withdrawing(failed, 20)])
+        await until(pilot, lambda: table.row_count == 1, "the listed verdict")
+        assert rows(table) == [("r1", "UNVERIFIABLE")]

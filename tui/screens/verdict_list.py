@@ -31,6 +31,7 @@ class VerdictListScreen(ConsoleScreen):
 
     async def load(self) -> None:
         await self.console.live.wait_ready()
+        self.table().listing()
         self.table().replace(await self.client.verdicts(self.spec(), LISTED))
         self._count()
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Iterable
 
 from rich.text import Text
@@ -33,6 +34,11 @@ def verdict_key(verdict: verifier_pb2.Verdict) -> str:
 #: a second; redrawing the table for each would starve the keyboard).
 LIVE_BATCH_S = 0.25
 
+#: Live verdicts kept aside while a listing is in flight (the newest; one per record). Only
+#: more than this many records decided during one ListVerdicts call could let a listing
+#: bring back a verdict that one of the older ones superseded.
+ARRIVED_DURING_LISTING = 5_000
+
 
 class VerdictTable(OpenableTable):
     """Keeps at most ``limit`` verdicts (the newest) of those its spec accepts."""
@@ -43,6 +49,7 @@ class VerdictTable(OpenableTable):
         self.limit = limit
         self._verdicts: dict[str, verifier_pb2.Verdict] = {}
         self._refill_due = False
+        self._arrived: OrderedDict[str, verifier_pb2.Verdict] | None = None
 
     def on_mount(self) -> None:
         self.add_column("Decided (UTC)", width=14)
@@ -51,8 +58,22 @@ class VerdictTable(OpenableTable):
         self.add_column("Model", width=10)
         self.add_column("Record", width=18)
 
+    def listing(self) -> None:
+        """A listing for `replace` is being fetched: live verdicts that arrive meanwhile are
+        kept aside too, so that a listing taken before them does not bring back a verdict
+        they superseded (a withdrawn FAIL would return to the Failures screen)."""
+        self._arrived = OrderedDict()
+
     def replace(self, verdicts: Iterable[verifier_pb2.Verdict]) -> None:
-        self._verdicts = {verdict_key(v): v for v in verdicts if self.spec.accept(v)}
+        """Show ``verdicts`` (a listing), except where a live verdict that arrived since
+        `listing` is the record's newer one."""
+        current = {verdict_key(v): v for v in verdicts}
+        for key, live in (self._arrived or {}).items():
+            listed = current.get(key)
+            if listed is None or live.decided_at_ns >= listed.decided_at_ns:
+                current[key] = live
+        self._arrived = None
+        self._verdicts = {key: v for key, v in current.items() if self.spec.accept(v)}
         self._refill()
 
     def add_live(self, verdict: verifier_pb2.Verdict) -> bool:
@@ -61,6 +82,11 @@ class VerdictTable(OpenableTable):
         collector amended it) replaces that row, or removes it when the filter does not
         keep the new verdict (a FAIL withdrawn leaves the Failures screen)."""
         key = verdict_key(verdict)
+        if self._arrived is not None:
+            self._arrived.pop(key, None)
+            self._arrived[key] = verdict
+            if len(self._arrived) > ARRIVED_DURING_LISTING:
+                self._arrived.popitem(last=False)
         if self.spec.accept(verdict):
             self._verdicts[key] = verdict
         elif self._verdicts.pop(key, None) is None:
