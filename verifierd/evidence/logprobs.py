@@ -30,7 +30,8 @@ vLLM clamps every value at -9999 (its stand-in for -inf); the verifier's values
 are clamped the same way. A token whose own decoding ends in U+FFFD (an
 unfinished UTF-8 sequence) is renamed by vLLM from its context: its name is not
 checked, its value is (a claimed top entry of a name the verifier does not list
-is compared with such a token's value).
+is compared with such a token's value, or taken as a token below the verifier's
+list: a masked entry at the floor is one).
 """
 
 from __future__ import annotations
@@ -371,13 +372,14 @@ def _deviation(c: ClaimedPosition, v: VerifiedPosition) -> tuple[float, str, flo
         return worst
     lowest_mine = max(FLOOR, min((ranked.logprob for ranked in v.top), default=FLOOR))
     for t in listed:
-        values = mine.get(t.token) or unnamed or None
-        if values is None:
-            # A token the verifier does not rank this high: at most a near tie at the edge.
-            candidate = (max(0.0, t.logprob - lowest_mine), t.token, t.logprob, lowest_mine)
-        else:
-            theirs = min(values, key=lambda x: abs(x - t.logprob))
-            candidate = (abs(t.logprob - theirs), t.token, t.logprob, theirs)
+        # A token the verifier does not rank this high: at most a near tie at the edge.
+        candidate = (max(0.0, t.logprob - lowest_mine), t.token, t.logprob, lowest_mine)
+        values = mine.get(t.token)
+        if values is not None or unnamed:
+            # Or one the verifier lists unnamed (when the name is not its own).
+            theirs = min(values or unnamed, key=lambda x: abs(x - t.logprob))
+            named_match = (abs(t.logprob - theirs), t.token, t.logprob, theirs)
+            candidate = named_match if values else min(candidate, named_match)
         worst = max(worst, candidate, key=lambda r: r[0])
     lowest_claimed = min(t.logprob for t in listed)
     named = {t.token for t in listed} | {c.token}

@@ -162,6 +162,20 @@ def test_a_token_the_prover_may_have_masked_matches_its_value_or_the_floor() -> 
     assert isinstance(result, LogprobsComparison) and result.largest > 9000
 
 
+def test_a_masked_entry_is_not_matched_with_a_token_vllm_renames() -> None:
+    # The verifier lists a token vLLM names from its context ("\ufffd" decoded); the
+    # claim lists a masked token at the floor under a name the verifier does not list.
+    renamed = VerifiedPosition(
+        "a", -0.5, (RankedToken("a", -0.5), RankedToken(None, -1.5), RankedToken("y", -9999.0))
+    )
+    entry = _chat_entry("a", -0.5, [("a", -0.5), ("<eos>", -9999.0)])
+    result = compare(_claim(_chat_body([entry])), [renamed], chat=True, requested_top=2)
+    assert isinstance(result, LogprobsComparison) and result.largest == 0.0
+    entry = _chat_entry("a", -0.5, [("a", -0.5), ("<eos>", -1.0)])
+    result = compare(_claim(_chat_body([entry])), [renamed], chat=True, requested_top=2)
+    assert isinstance(result, LogprobsComparison) and result.largest == 0.5
+
+
 def test_the_shape_of_the_claim_is_checked() -> None:
     content = _honest_chat()
     content[0] = _chat_entry("A", -0.5, [("A", -0.5), ("x", -1.5)])
