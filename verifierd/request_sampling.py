@@ -13,7 +13,8 @@ frequency and presence penalties, ``logit_bias``, ``min_tokens`` with
 `LogitAdjustments`, which the scorer replays exactly (verifierd.logit_adjustments).
 
 A structured output (``response_format`` json_object / json_schema,
-``structured_outputs`` json / regex / choice / grammar) becomes the adjustments'
+``structured_outputs`` json / regex / choice / grammar, the Responses API's
+``text.format`` json_object / json_schema) becomes the adjustments'
 `StructuredOutput` (verifierd.structured_outputs), read from the raw request
 body when there is one (a JSON schema's key order is its properties' order in
 the grammar); the engine rebuilds its grammar mask with the commitment's
@@ -120,11 +121,13 @@ _NEUTRAL: Mapping[str, Any] = {
     "tool_choice": ("none", "auto"),
     "best_of": (1,),
     "truncation": ("disabled",),
-    "text": ({"format": {"type": "text"}},),
 }
 
 #: Fields read into the structured output.
 _STRUCTURED = frozenset({"response_format", "structured_outputs"})
+#: The Responses API's field read into it (``text.format``); no other API's server
+#: reads it, and the engine refuses a constraint its server did not build.
+_RESPONSES_STRUCTURED = "text"
 
 #: Fields read into LogitAdjustments (the penalties also have typed fields).
 _ADJUSTMENTS = frozenset(
@@ -275,6 +278,8 @@ def _check_params(params_json: str) -> dict[str, Any]:
     for key, value in sorted(params.items()):
         if key in _HARMLESS or key in _ADJUSTMENTS or key in _STRUCTURED:
             continue
+        if key == _RESPONSES_STRUCTURED:  # read by structured_output
+            continue
         if value in (None, False, "", [], {}):
             continue
         if value in _NEUTRAL.get(key, ()) or (key == "tool_choice" and forces_tool_call(params)):
@@ -295,7 +300,8 @@ def _structured_output(
 ) -> StructuredOutput | None:
     """The request's grammar constraint, read in the raw body's key order."""
     forced = forces_tool_call(params)
-    if not forced and not any(params.get(key) is not None for key in _STRUCTURED):
+    keys = (*_STRUCTURED, _RESPONSES_STRUCTURED)
+    if not forced and not any(params.get(key) is not None for key in keys):
         return None
     request: Any = params
     if request_json is not None:

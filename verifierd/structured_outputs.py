@@ -12,6 +12,16 @@ xgrammar and falls back to guidance or outlines), compiles the grammar once per
 request, and before every sampling step sets the logits of every token the
 grammar does not allow after the output so far to -inf.
 
+The Responses API's ``text.format`` is vLLM's ``ResponsesRequest``
+``extract_structured_outputs`` (vllm/entrypoints/openai/responses/protocol.py):
+``json_object`` sets ``json_object``, ``json_schema`` (a string ``name`` and a
+``schema`` object are required) sets ``json`` to its ``schema`` alone (``name``,
+``description`` and ``strict`` change nothing), ``text`` sets nothing, and the
+request may not name ``structured_outputs`` besides; without a format its
+``structured_outputs`` stand. A request with a ``text.format`` is read as the
+Responses server reads it (another API's server ignores the field: the engine
+refuses a constraint its own request model does not derive).
+
 `structured_output_params` is that derivation on the raw request (key order
 kept: a JSON schema's property order is the order its grammar imposes);
 `StructuredOutputsEngine` is the server's setting and the versions of the
@@ -208,9 +218,14 @@ class StructuredOutput:
 
 
 def structured_output_params(request: Mapping[str, Any]) -> dict[str, Any] | None:
-    """The StructuredOutputsParams fields vLLM's server derives from a chat or
-    completions request (None: no constraint), or StructuredOutputError for a
-    constraint that is not replayed or that vLLM would refuse."""
+    """The StructuredOutputsParams fields vLLM's server derives from a chat,
+    completions or Responses request (None: no constraint), or StructuredOutputError
+    for a constraint that is not replayed or that vLLM would refuse."""
+    text_format = _text_format(request)
+    if text_format is not None:
+        if request.get("structured_outputs") is not None:
+            raise StructuredOutputError("vLLM refuses structured_outputs beside text.format")
+        return _text_format_params(text_format)
     given = request.get("structured_outputs")
     fields: dict[str, Any] | None = None
     if given is not None:
@@ -247,6 +262,40 @@ def structured_output_params(request: Mapping[str, Any]) -> dict[str, Any] | Non
             f"structured outputs with constraints {constraints}: vLLM needs exactly one"
         )
     return fields
+
+
+#: The fields of the Responses API's ``text`` (``verbosity``: vLLM ignores it).
+_TEXT_FIELDS = frozenset({"format", "verbosity"})
+
+
+def _text_format(request: Mapping[str, Any]) -> object:
+    """The Responses API's ``text.format`` (None: absent)."""
+    text = request.get("text")
+    if text is None:
+        return None
+    if not isinstance(text, dict):
+        raise StructuredOutputError("text is not an object")
+    unknown = sorted(set(text) - _TEXT_FIELDS)
+    if unknown:
+        raise StructuredOutputError(f"text names unknown fields {unknown}")
+    return text.get("format")
+
+
+def _text_format_params(text_format: object) -> dict[str, Any] | None:
+    """``ResponsesRequest.extract_structured_outputs`` of a ``text.format``."""
+    if not isinstance(text_format, dict):
+        raise StructuredOutputError("text.format is not an object")
+    kind = text_format.get("type")
+    if kind == "text":
+        return None
+    if kind == "json_object":
+        return {"json_object": True}
+    if kind == "json_schema":
+        schema = text_format.get("schema")
+        if not isinstance(text_format.get("name"), str) or not isinstance(schema, dict):
+            raise StructuredOutputError("text.format json_schema needs a name and a schema")
+        return {"json": schema}
+    raise StructuredOutputError(f"text.format type {json.dumps(kind)[:40]} is unknown")
 
 
 def forces_tool_call(request: Mapping[str, Any]) -> bool:

@@ -71,6 +71,8 @@ def test_greedy_profile_cannot_verify_sampling() -> None:
         ({"extra": {"response_format": {"type": "json_object"}}}, "structured-output backend"),
         ({"extra": {"tool_choice": "required"}}, "tool_choice"),
         ({"extra": {"structured_outputs": {"regex": "a+"}}}, "structured-output backend"),
+        ({"extra": {"text": {"format": {"type": "json_object"}}}}, "structured-output backend"),
+        ({"extra": {"text": {"format": {"type": "text"}, "store": 1}}}, "unknown fields"),
         ({"extra": {"use_beam_search": True}}, "beam search"),
         ({"extra": {"guided_regex": "a+"}}, "guided_regex"),
         ({"extra": {"vllm_xargs": {"my_logits_processor": 1}}}, "vllm_xargs"),
@@ -100,6 +102,7 @@ def test_harmless_and_neutral_parameters_pass() -> None:
     extra = {
         "stream_options": {"include_usage": True},
         "response_format": {"type": "text"},
+        "text": {"format": {"type": "text"}, "verbosity": "low"},
         "tool_choice": "auto",
         "min_tokens": 0,
         "logit_bias": {},

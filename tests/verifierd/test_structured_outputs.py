@@ -66,9 +66,83 @@ def test_the_params_are_those_vllms_server_derives(extra: dict[str, Any]) -> Non
         assert list(fields["json"]["properties"]) == ["z", "a"]  # type: ignore[index]
 
 
+#: Responses requests' ``text`` (and ``structured_outputs`` where vLLM allows them).
+RESPONSES_CASES: list[dict[str, Any]] = [
+    {},
+    {"text": {"format": {"type": "text"}}},
+    {"text": {"verbosity": "low"}},
+    {"text": {"format": None}, "structured_outputs": {"regex": "[a-z]+"}},
+    {"text": {"format": {"type": "json_object"}}},
+    {"text": {"format": {"type": "json_schema", "name": "s", "schema": SCHEMA}}},
+    {
+        "text": {
+            "format": {
+                "type": "json_schema",
+                "name": "s",
+                "schema": SCHEMA,
+                "strict": True,
+                "description": "a z and an a",
+            },
+            "verbosity": "high",
+        }
+    },
+    {"structured_outputs": {"choice": ["yes", "no"]}},
+]
+TEXT_JSON = {"format": {"type": "json_object"}}
+
+
+@pytest.mark.parametrize("extra", RESPONSES_CASES)
+def test_the_params_are_those_vllms_responses_server_derives(extra: dict[str, Any]) -> None:
+    pytest.importorskip("vllm")
+    from vllm.entrypoints.openai.responses.protocol import ResponsesRequest
+    from vllm.sampling_params import StructuredOutputsParams
+
+    request = {"model": "m", "input": "hi", **extra}
+    server = ResponsesRequest.model_validate(request).extract_structured_outputs()
+    fields = structured_output_params(request)
+    ours = None if fields is None else StructuredOutputsParams(**fields)
+    assert ours == server
+    if server is not None and isinstance(server.json, dict):
+        assert list(fields["json"]["properties"]) == ["z", "a"]  # type: ignore[index]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        {"format": {"type": "json_schema", "schema": SCHEMA}},
+        {"format": {"type": "json_schema", "name": "s"}},
+        {"format": {"type": "json_schema", "name": 3, "schema": SCHEMA}},
+        {"format": {"type": "xml"}},
+        {"format": "json_object"},
+    ],
+)
+def test_a_text_format_vllm_refuses_is_refused(text: dict[str, Any]) -> None:
+    pytest.importorskip("vllm")
+    from vllm.entrypoints.openai.responses.protocol import ResponsesRequest
+
+    with pytest.raises(ValueError):
+        ResponsesRequest.model_validate({"input": "hi", "text": text})
+    with pytest.raises(StructuredOutputError, match=r"text\.format"):
+        structured_output({"text": text}, ENGINE)
+
+
+def test_vllm_refuses_structured_outputs_beside_a_text_format() -> None:
+    pytest.importorskip("vllm")
+    from vllm.entrypoints.openai.responses.protocol import ResponsesRequest
+    from vllm.exceptions import VLLMValidationError
+
+    request = {"input": "hi", "text": TEXT_JSON, "structured_outputs": {"regex": "a"}}
+    with pytest.raises(VLLMValidationError, match=r"text\.format"):
+        ResponsesRequest.model_validate(request).extract_structured_outputs()
+    with pytest.raises(StructuredOutputError, match=r"beside text\.format"):
+        structured_output(request, ENGINE)
+
+
 @pytest.mark.parametrize(
     ("request_fields", "needle"),
     [
+        ({"text": ["json_object"]}, "text is not an object"),
+        ({"text": {**TEXT_JSON, "grammar": "x"}}, "unknown fields"),
         ({"response_format": {"type": "structural_tag", "format": {}}}, "structural tags"),
         ({"structured_outputs": {"structural_tag": "{}"}}, "structural tags"),
         ({"structured_outputs": {"regex": "a", "choice": ["a"]}}, "exactly one"),
@@ -103,15 +177,30 @@ json_values = st.recursive(
     max_leaves=20,
 )
 structured_keys = st.sampled_from(
-    ["json", "regex", "choice", "grammar", "json_object", "structural_tag", "type", "schema", "x"]
+    [
+        "json",
+        "regex",
+        "choice",
+        "grammar",
+        "json_object",
+        "structural_tag",
+        "type",
+        "schema",
+        "x",
+        "format",
+        "name",
+    ]
 )
+structured_objects = st.dictionaries(structured_keys, json_values, max_size=4)
 
 
 @settings(max_examples=300, deadline=None)
 @given(
     st.dictionaries(
-        st.sampled_from(["response_format", "structured_outputs", "model"]),
-        json_values | st.dictionaries(structured_keys, json_values, max_size=4),
+        st.sampled_from(["response_format", "structured_outputs", "text", "model"]),
+        json_values
+        | structured_objects
+        | st.dictionaries(structured_keys, structured_objects | json_values, max_size=3),
         max_size=3,
     )
 )
@@ -225,6 +314,49 @@ def test_the_replay_carries_the_constraint_in_the_raw_key_order() -> None:
     assert not adjustments.is_neutral
     assert LogitAdjustments.from_json(adjustments.to_json()) == adjustments
     assert _replay({"structured_outputs": {"regex": "a+"}}, raw=False).adjustments.structured_output
+
+
+def _responses_replay(body: dict[str, Any], serving: ServingFlags | None = None) -> Any:
+    msg = record_pb2.SamplingParams(temperature=0.0)
+    msg.params_json = json.dumps(body, sort_keys=True)
+    return request_replay(
+        msg,
+        GenerationDefaults(),
+        get_profile("vllm-cpu-splitmix"),
+        structured_outputs=ENGINE,
+        request_json=json.dumps({"input": "hi", **body}),
+        serving=serving,
+    )
+
+
+def test_a_responses_text_format_is_replayed_in_the_raw_key_order() -> None:
+    text = {"format": {"type": "json_schema", "name": "s", "schema": SCHEMA, "strict": True}}
+    constraint = _responses_replay({"text": text}).adjustments.structured_output
+    assert constraint is not None and constraint.engine == ENGINE
+    assert constraint.params() == {"json": SCHEMA}
+    assert list(constraint.params()["json"]["properties"]) == ["z", "a"]
+    assert constraint.reasoning_parser is None
+    plain = _responses_replay({"text": {"format": {"type": "text"}, "verbosity": "low"}})
+    assert plain.adjustments.is_neutral
+    with pytest.raises(SamplingNotReproducibleError, match="key order"):
+        request_replay(
+            record_pb2.SamplingParams(temperature=0.0, params_json=json.dumps({"text": text})),
+            GenerationDefaults(),
+            get_profile("vllm-cpu-splitmix"),
+            structured_outputs=ENGINE,
+        )
+
+
+def test_a_responses_text_format_waits_for_the_reasoning_as_chat_does() -> None:
+    reasoning = ServingFlags.of(reasoning_parser="deepseek_r1")
+    gated = _responses_replay({"text": TEXT_JSON}, reasoning).adjustments.structured_output
+    assert gated is not None and gated.params() == {"json_object": True}
+    assert gated.reasoning_parser == "deepseek_r1"
+    # The engine refuses this gate on Responses (verifierd.evidence.output_parsing):
+    # vLLM's Responses server waits for the reasoning whatever include_reasoning says.
+    hidden = {"text": TEXT_JSON, "include_reasoning": False}
+    ungated = _responses_replay(hidden, reasoning).adjustments.structured_output
+    assert ungated is not None and ungated.reasoning_parser is None
 
 
 def test_a_schema_without_the_raw_body_is_not_replayed() -> None:
