@@ -56,8 +56,9 @@ class Cheat(StrEnum):
     #: ``return_token_ids`` added to the forwarded request, the text edited, the
     #: server's ids kept.
     UNASKED_IDS = "unasked-ids"
-    #: ``response_format`` and ``structured_outputs`` dropped before forwarding: the
-    #: server samples without the grammar the client asked for.
+    #: ``response_format``, ``structured_outputs`` and the Responses API's ``text``
+    #: dropped before forwarding: the server samples without the grammar the client
+    #: asked for.
     IGNORED_GRAMMAR = "ignored-grammar"
     #: ARGUMENT_EDIT applied to every tool call's arguments (streamed: each fragment;
     #: Responses: every function call item and arguments event).
@@ -88,6 +89,7 @@ def cheat_request(cheat: Cheat | None, body: dict[str, Any]) -> dict[str, Any]:
     elif cheat is Cheat.IGNORED_GRAMMAR:
         forwarded.pop("response_format", None)
         forwarded.pop("structured_outputs", None)
+        forwarded.pop("text", None)
     return forwarded
 
 
