@@ -13,14 +13,23 @@ largest honest deviation next to the dtype's tolerance floor
 (verifierd.calibration.logprobs_tolerance_floor).
 
 The processed modes (float32 only) are judged the same way, their honest claims
-computed on CPU by transformers with vLLM's sampler steps
-(tests/verifierd/logprobs_reference.py); the requests sample with ``--top-k``,
-so ``processed_logprobs`` records k + 1 entries per row instead of N + 1.
+computed on CPU by transformers with vLLM's own sampler code
+(tests/verifierd/logprobs_reference.py), under each sampling of ``--samplings``:
+``top-k`` (``--top-k``), ``top-p`` (0.9) and ``min-p`` (0.05), all at
+temperature 1. Under them the recorder also bands every row's kept set on the
+whole row (verifierd.engine.kept_sets): its cost is in the ratio.
 
 Each scoring runs three times with the prefix cache reset before it; the median
 round is reported.
 
+The tiny model's rows are 2,176 logits wide; a second table times the banding
+alone on rows of ``--band-width`` logits (a real vocabulary: Qwen's 151,936)
+against the reference of the same run: vLLM's own sampler steps on the same rows
+(temperature, min-p processor, top-k / top-p functions, log_softmax), which the
+prover's server runs on every row it samples.
+
     python bench/logprobs.py [--requests 16] [--tokens 200] [--top 5] [--top-k 20]
+        [--samplings top-k top-p min-p] [--band-width 151936]
 """
 
 from __future__ import annotations
@@ -39,10 +48,13 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "protos")]
 
+import torch  # noqa: E402
+
 from tests.verifierd.logprobs_reference import chat_claim, mode_values, model_logits  # noqa: E402
 from verifierd.calibration import logprobs_tolerance_floor  # noqa: E402
 from verifierd.difr import SamplingSettings  # noqa: E402
 from verifierd.engine.backend import EngineBackend, EngineSpec, ScoreRequest  # noqa: E402
+from verifierd.engine.kept_sets import bands  # noqa: E402
 from verifierd.evidence.client_view import CHAT, ChoiceEvidence  # noqa: E402
 from verifierd.evidence.logprobs import ClaimedPosition, LogprobsClaim, TopEntry  # noqa: E402
 from verifierd.evidence.vllm_views import render_request  # noqa: E402
@@ -50,26 +62,34 @@ from verifierd.tiny_model import TinyModelSpec, build_tiny_model  # noqa: E402
 
 PROFILE = "vllm-cpu-splitmix"
 REPEATS = 3
+#: The samplings judged, by name (``top_k`` from ``--top-k``).
+SAMPLINGS: dict[str, dict[str, float]] = {
+    "top-k": {},
+    "top-p": {"top_p": 0.9},
+    "min-p": {"min_p": 0.05},
+}
 
 
 def _honest(
-    backend: EngineBackend, n: int, tokens: int, top: int, top_k: int
+    backend: EngineBackend, args: argparse.Namespace, sampling: str
 ) -> list[ChoiceEvidence]:
     """Seeded answers with the logprobs vLLM's server would state for them."""
     llm = backend._llm
+    masks = _masks(sampling, args.top_k)
+    top, tokens = args.top, args.tokens
     bodies = [
         {
             "model": "tiny",
             "messages": [{"role": "user", "content": f"Question {i}: what is a socket?"}],
             "seed": i,
             "temperature": 1.0,
-            "top_k": top_k,
+            **masks,
             "max_tokens": tokens,
             "ignore_eos": True,
             "logprobs": True,
             "top_logprobs": top,
         }
-        for i in range(n)
+        for i in range(args.requests)
     ]
     rendered = [render_request(llm, CHAT, json.dumps(b)) for b in bodies]
     prompts = [{"prompt_token_ids": list(r.prompts[0])} for r in rendered]
@@ -109,7 +129,13 @@ def _honest(
 
 def _sampling(e: ChoiceEvidence) -> SamplingSettings:
     body = json.loads(e.request_json)
-    return SamplingSettings(temperature=1.0, top_k=body["top_k"], seed=body["seed"])
+    return SamplingSettings(
+        temperature=1.0,
+        top_k=body.get("top_k", -1),
+        top_p=body.get("top_p", 1.0),
+        min_p=body.get("min_p", 0.0),
+        seed=body["seed"],
+    )
 
 
 def _requests(evidence: list[ChoiceEvidence], mode: str) -> list[ScoreRequest]:
@@ -156,9 +182,11 @@ def _run(dtype: str, args: argparse.Namespace, work: Path) -> list[tuple[str, ..
     backend = EngineBackend.load(EngineSpec(model.path, dtype=dtype, max_model_len=1024))
     rows = []
     modes = args.modes if dtype == "float32" else ["raw_logprobs"]
+    samplings = args.samplings if dtype == "float32" else args.samplings[:1]
     try:
-        honest = _honest(backend, args.requests, args.tokens, args.top, args.top_k)
-        for mode, how in itertools.product(modes, ("ids", "text")):
+        answers = {name: _honest(backend, args, name) for name in samplings}
+        for sampling, mode, how in itertools.product(samplings, modes, ("ids", "text")):
+            honest = answers[sampling]
             stated = _restated(backend, model.path, honest, mode, args.top)
             strip = {"claimed_output_ids": None} if how == "text" else {}
             claimed = [replace(e, **strip) for e in stated]
@@ -172,6 +200,7 @@ def _run(dtype: str, args: argparse.Namespace, work: Path) -> list[tuple[str, ..
             rows.append(
                 (
                     dtype,
+                    sampling,
                     mode,
                     how,
                     f"{reference:.2f}",
@@ -188,6 +217,50 @@ def _run(dtype: str, args: argparse.Namespace, work: Path) -> list[tuple[str, ..
     return rows
 
 
+def _banding(args: argparse.Namespace) -> list[tuple[str, ...]]:
+    """Per sampling: the banding of 32 rows against vLLM's processing of them (median
+    of REPEATS rounds each)."""
+    logits = torch.randn(32, args.band_width, generator=torch.Generator().manual_seed(0)) * 4
+    rows = []
+    for name in args.samplings:
+        sampling = _sampling_of(name, args.top_k)
+        vllm_s, band_s = [], []
+        for _ in range(REPEATS):
+            t0 = time.perf_counter()
+            mode_values(logits, "processed_logprobs", sampling)
+            t1 = time.perf_counter()
+            bands(logits, sampling)
+            t2 = time.perf_counter()
+            vllm_s.append(t1 - t0)
+            band_s.append(t2 - t1)
+        reference, banded = statistics.median(vllm_s), statistics.median(band_s)
+        rows.append(
+            (
+                name,
+                str(args.band_width),
+                f"{reference:.3f}",
+                f"{banded:.3f}",
+                f"{banded / reference:.2f}x",
+            )
+        )
+    return rows
+
+
+def _masks(name: str, top_k: int) -> dict[str, Any]:
+    """The request fields of the named sampling's masks."""
+    return dict(SAMPLINGS[name]) or {"top_k": top_k}
+
+
+def _sampling_of(name: str, top_k: int) -> SamplingSettings:
+    return SamplingSettings(temperature=1.0, seed=0, **_masks(name, top_k))
+
+
+def _table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> None:
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    for r in [header, *rows]:
+        print("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=16)
@@ -201,9 +274,18 @@ def main() -> None:
         help="--logprobs-mode values judged (processed ones on float32 only)",
     )
     parser.add_argument("--dtypes", nargs="+", default=["float32", "bfloat16"])
+    parser.add_argument(
+        "--samplings",
+        nargs="+",
+        choices=sorted(SAMPLINGS),
+        default=list(SAMPLINGS),
+        help="the requests' samplings (bfloat16: the first only)",
+    )
+    parser.add_argument("--band-width", type=int, default=151936)
     args = parser.parse_args()
     header = (
         "dtype",
+        "sampling",
         "mode",
         "ids",
         "reference s",
@@ -218,15 +300,18 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for dtype in args.dtypes:
             rows += _run(dtype, args, Path(tmp))
-    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
-    for r in [header, *rows]:
-        print("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)))
-    worst = max(float(r[5].rstrip("x")) for r in rows)
-    margins = ", ".join(f"{r[0]}/{r[1]}/{r[2]} {r[8]} (floor {r[9]})" for r in rows)
+    _table(header, rows)
+    print()
+    banding = _banding(args)
+    _table(("sampling", "width", "vLLM's processing s", "banding s", "ratio"), banding)
+    worst = max(float(r[6].rstrip("x")) for r in rows)
+    deviation = max(rows, key=lambda r: float(r[9]))
     print(
         f"result: checking {args.top} top logprobs costs at most {worst:.2f}x the scoring "
-        f"without them; findings on honest answers: {sum(int(r[7]) for r in rows)}; "
-        f"largest honest deviations {margins}"
+        f"without them; findings on honest answers: {sum(int(r[8]) for r in rows)}; "
+        f"largest honest deviation {deviation[9]} ({'/'.join(deviation[:4])}, "
+        f"floor {deviation[10]}); banding 32 rows of {args.band_width} logits costs at most "
+        f"{max(float(r[4].rstrip('x')) for r in banding):.2f}x vLLM's own processing of them"
     )
 
 
