@@ -48,8 +48,11 @@ FORMATS: dict[str, dict[str, Any]] = {
 }
 
 
-def _send(client: OpenAI, name: str, seed: int, *, stream: bool, cheat: Cheat | None) -> str:
-    """One case's request (named ``user``); the name it is judged under."""
+def _send(
+    client: OpenAI, name: str, seed: int, *, stream: bool, cheat: Cheat | None
+) -> tuple[str, str]:
+    """One case's request (named ``user``): the name it is judged under and the
+    output text the client reads."""
     user = f"{'cheat-' if cheat else ''}{name}{'-stream' if stream else ''}"
     sent: dict[str, Any] = dict(
         model=MODEL_NAME,
@@ -61,25 +64,27 @@ def _send(client: OpenAI, name: str, seed: int, *, stream: bool, cheat: Cheat | 
         extra_body={"seed": seed},
         extra_headers={} if cheat is None else {CHEAT_HEADER: cheat.value},
     )
-    if stream:
-        events = list(client.responses.create(**sent, stream=True))
-        assert events[-1].type in ("response.completed", "response.incomplete")
-    else:
-        client.responses.create(**sent)
-    return user
+    if not stream:
+        return user, client.responses.create(**sent).output_text
+    events = list(client.responses.create(**sent, stream=True))
+    assert events[-1].type in ("response.completed", "response.incomplete")
+    return user, "".join(e.delta for e in events if e.type == "response.output_text.delta")
 
 
-def _all_cases(base_url: str, seed: int, cheat: Cheat | None) -> list[str]:
+def _all_cases(base_url: str, seed: int, cheat: Cheat | None) -> dict[str, str]:
+    """Every case, streamed and not: the text the client read, by name."""
     with OpenAI(base_url=base_url, api_key="e2e", timeout=600, max_retries=0) as client:
-        return [
+        return dict(
             _send(client, name, seed + i, stream=stream, cheat=cheat)
             for i, name in enumerate(FORMATS)
             for stream in (False, True)
-        ]
+        )
 
 
 def test_honest_formatted_responses_pass(random_pipeline: LivePipeline) -> None:
     names = _all_cases(random_pipeline.honest_url, 70, None)
+    # The server applied the format: the random model writes (odd) JSON.
+    assert all(text.lstrip().startswith("{") for text in names.values()), names
     judged = random_pipeline.wait_for(names)
     outcomes = {n: (j.status, j.reason, j.detail) for n, j in judged.items()}
     assert outcomes == {n: ("PASS", "", "") for n in names}
