@@ -11,7 +11,8 @@ loaded in bfloat16; temperature, top-p and seed changes sampled by the committed
 model in bfloat16, in batches mixed with honest bfloat16 requests; swap-1% those
 honest outputs with one token in every 100 replaced. The margins are kept in
 WORKDIR/margins-bfloat16.npz (cases, margins), which prover_alarms.py reads beside
-WORKDIR/margins.npz, whose honest bfloat16 responses calibrate the commitment.
+WORKDIR/margins.npz, whose honest bfloat16 responses calibrate the commitment; the
+cases a run does not generate keep the margins an earlier run stored there.
 
     python bench/bfloat16_dishonest.py --workdir .bench/alarms/random [--trained]
                                        [--responses 150] [--tokens 1000] [--dishonest int8,int4]
@@ -115,11 +116,14 @@ def main() -> int:
         prover.swap_tokens([r for r in prover.responses if r.case == f"honest-{DTYPE}"])
     dishonest = [r for r in prover.responses if r.case in chosen]
     scored, verify_s = score(commitment, honest_dir, with_ids(dishonest))
-    np.savez_compressed(
-        args.workdir / OUTPUT,
-        cases=np.array([r.case for r in dishonest]),
-        margins=np.stack([s.difr.margins for s in scored]),
-    )
+    cases = [r.case for r in dishonest]
+    margins = [s.difr.margins for s in scored]
+    if (args.workdir / OUTPUT).exists():
+        earlier = np.load(args.workdir / OUTPUT)
+        kept = [i for i, case in enumerate(earlier["cases"].tolist()) if case not in chosen]
+        cases += [str(earlier["cases"][i]) for i in kept]
+        margins += [earlier["margins"][i] for i in kept]
+    np.savez_compressed(args.workdir / OUTPUT, cases=np.array(cases), margins=np.stack(margins))
     print(
         f"wall time: generation {prover.generate_s:.0f}s, verification of {len(dishonest)} "
         f"responses {verify_s:.0f}s, total {time.monotonic() - started:.0f}s; "
