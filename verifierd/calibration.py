@@ -40,8 +40,10 @@ responses known to be honest, recomputed on the verifier's engine. Output:
   value, a few nats below 0 in a top-3 list: only a response whose every listed
   value is within 0.01 nats of 0 hides it under the float32 floor, and its values
   then state nothing its tokens do not. The processed modes are derived from the
-  same float32 rows by a float32 division (exact) or a normaliser over the kept
-  entries (within 1e-6 of vLLM's), so the same floors hold for them.
+  same float32 rows as vLLM derives them (its masks and float32 ``log_softmax``,
+  bit for bit where no threshold sits within rounding of a token; elsewhere a
+  position deviates by max(slack, deviation) over the recorder's slack bands,
+  `verifierd.engine.kept_sets`), so the same floors hold for them.
 
 The empirical false-positive rate of the chosen settings on the sample is
 reported with the resolution the sample size allows, and the honest tokens
