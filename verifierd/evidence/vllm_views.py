@@ -128,7 +128,6 @@ def _render_chat(llm: Any, request: Any, serving: ServingFlags = VLLM_DEFAULTS) 
     from vllm.renderers import merge_kwargs
 
     from verifierd.evidence.output_parsing import (
-        OutputParser,
         OutputParsingError,
         adjust_request,
         parser_class,
@@ -164,8 +163,37 @@ def _render_chat(llm: Any, request: Any, serving: ServingFlags = VLLM_DEFAULTS) 
     )
     echoes = (_chat_echo(request, conversation),) if echo else ()
     request = adjust_request(parser_cls, llm, request, chat_params.chat_template_kwargs)
-    prompt = tuple(int(i) for i in engine_input["prompt_token_ids"])
     requested = request.max_completion_tokens or request.max_tokens
+    return _rendered(
+        llm,
+        request,
+        engine_input,
+        requested=requested,
+        parser_cls=parser_cls,
+        serving=serving,
+        parser_kwargs=parser_kwargs,
+        echoes=echoes,
+    )
+
+
+def _rendered(
+    llm: Any,
+    request: Any,
+    engine_input: Any,
+    *,
+    requested: int | None,
+    parser_cls: Any,
+    serving: ServingFlags,
+    parser_kwargs: Any,
+    echoes: tuple[str, ...] = (),
+) -> RenderedRequest:
+    """A rendered chat-shaped request (chat, Responses) as vLLM's server goes on with it:
+    the sampling parameters it builds from the (parser-adjusted) ``request``, and the
+    committed parsers' reading of the output (built with ``parser_kwargs``, the template
+    kwargs without the tools) when the server has one."""
+    from verifierd.evidence.output_parsing import OutputParser
+
+    prompt = tuple(int(i) for i in engine_input["prompt_token_ids"])
     params = request.to_sampling_params(_room(llm, len(prompt), requested), {})
     output = None
     if parser_cls is not None:
@@ -214,7 +242,6 @@ def _render_responses(llm: Any, request: Any, serving: ServingFlags) -> Rendered
     from vllm.renderers import merge_kwargs
 
     from verifierd.evidence.output_parsing import (
-        OutputParser,
         OutputParsingError,
         adjust_request,
         parser_class,
@@ -256,20 +283,15 @@ def _render_responses(llm: Any, request: Any, serving: ServingFlags) -> Rendered
         [messages], chat_params, request.build_tok_params(model_config)
     )
     request = adjust_request(parser_cls, llm, request, chat_params.chat_template_kwargs)
-    prompt = tuple(int(i) for i in engine_input["prompt_token_ids"])
-    requested = request.max_output_tokens
-    params = request.to_sampling_params(_room(llm, len(prompt), requested), {})
-    output = None
-    if parser_cls is not None:
-        output = OutputParser(
-            llm,
-            parser_cls,
-            request,
-            serving=serving,
-            chat_template_kwargs=template_kwargs,
-            prompt=prompt,
-        )
-    return RenderedRequest((prompt,), params, requested, bool(params.ignore_eos), output)
+    return _rendered(
+        llm,
+        request,
+        engine_input,
+        requested=request.max_output_tokens,
+        parser_cls=parser_cls,
+        serving=serving,
+        parser_kwargs=template_kwargs,
+    )
 
 
 def _messages_as_chat(llm: Any, request: Any, serving: ServingFlags) -> Any:
