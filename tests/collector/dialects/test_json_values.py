@@ -24,9 +24,8 @@ _JSONISH = st.lists(
 ).map("".join)
 
 
-@settings(max_examples=500, deadline=None)
-@given(st.one_of(_JSONISH.map(lambda text: "{" + text), _JSONISH, st.text(max_size=40)))
-def test_load_is_json_loads_with_one_error_type(text: str) -> None:
+def _load_beside_json_loads(text: str) -> tuple[object, object]:
+    """(`load`'s value or JsonError, `json.loads`'s value or its error as a JsonError)."""
     try:
         expected: object = json.loads(text)
     except (ValueError, RecursionError) as exc:
@@ -36,6 +35,13 @@ def test_load_is_json_loads_with_one_error_type(text: str) -> None:
             got: object = load(text)
         except JsonError as exc:
             got = exc
+    return got, expected
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.one_of(_JSONISH.map(lambda text: "{" + text), _JSONISH, st.text(max_size=40)))
+def test_load_is_json_loads_with_one_error_type(text: str) -> None:
+    got, expected = _load_beside_json_loads(text)
     if isinstance(expected, JsonError):
         assert isinstance(got, JsonError) and str(got) == str(expected)
     else:
@@ -195,15 +201,7 @@ def test_msgspec_decodes_text_only_where_json_loads_gives_the_same_value(text: s
 @settings(max_examples=1000, deadline=None)
 @given(_JSON_TEXTS)
 def test_load_gives_json_loads_value_exactly(text: str) -> None:
-    try:
-        expected: object = json.loads(text)
-    except (ValueError, RecursionError) as exc:
-        expected = JsonError(str(exc))
-    with cpu_bound(budget(len(text))):
-        try:
-            got: object = load(text)
-        except JsonError as exc:
-            got = exc
+    got, expected = _load_beside_json_loads(text)
     if isinstance(expected, JsonError):
         assert isinstance(got, JsonError) and str(got) == str(expected)
     else:
