@@ -291,7 +291,11 @@ def test_commitments_record_the_backend_and_older_files_keep_their_ids(tmp_path:
         parse_commitment(json.dumps(body))
 
 
-def _replay(body: dict[str, Any], *, raw: bool = True) -> Any:
+def _replay(
+    body: dict[str, Any], prompt: dict[str, Any] | None, serving: ServingFlags | None = None
+) -> Any:
+    """The replay of a request of ``body``'s parameters whose raw body is ``prompt``
+    followed by them (``prompt`` None: no raw body was recorded)."""
     msg = record_pb2.SamplingParams(temperature=0.0)
     msg.params_json = json.dumps(body, sort_keys=True)
     return request_replay(
@@ -299,44 +303,36 @@ def _replay(body: dict[str, Any], *, raw: bool = True) -> Any:
         GenerationDefaults(),
         get_profile("vllm-cpu-splitmix"),
         structured_outputs=ENGINE,
-        request_json=json.dumps({"messages": MESSAGES, **body}) if raw else None,
+        request_json=None if prompt is None else json.dumps({**prompt, **body}),
+        serving=serving,
     )
+
+
+CHAT_PROMPT = {"messages": MESSAGES}
+RESPONSES_PROMPT = {"input": "hi"}
 
 
 def test_the_replay_carries_the_constraint_in_the_raw_key_order() -> None:
     body = {
         "response_format": {"type": "json_schema", "json_schema": {"name": "s", "schema": SCHEMA}}
     }
-    constraint = _replay(body).adjustments.structured_output
+    constraint = _replay(body, CHAT_PROMPT).adjustments.structured_output
     assert constraint is not None and constraint.engine == ENGINE
     assert list(constraint.params()["json"]["properties"]) == ["z", "a"]
-    adjustments = _replay(body).adjustments
+    adjustments = _replay(body, CHAT_PROMPT).adjustments
     assert not adjustments.is_neutral
     assert LogitAdjustments.from_json(adjustments.to_json()) == adjustments
-    assert _replay({"structured_outputs": {"regex": "a+"}}, raw=False).adjustments.structured_output
-
-
-def _responses_replay(body: dict[str, Any], serving: ServingFlags | None = None) -> Any:
-    msg = record_pb2.SamplingParams(temperature=0.0)
-    msg.params_json = json.dumps(body, sort_keys=True)
-    return request_replay(
-        msg,
-        GenerationDefaults(),
-        get_profile("vllm-cpu-splitmix"),
-        structured_outputs=ENGINE,
-        request_json=json.dumps({"input": "hi", **body}),
-        serving=serving,
-    )
+    assert _replay({"structured_outputs": {"regex": "a+"}}, None).adjustments.structured_output
 
 
 def test_a_responses_text_format_is_replayed_in_the_raw_key_order() -> None:
     text = {"format": {"type": "json_schema", "name": "s", "schema": SCHEMA, "strict": True}}
-    constraint = _responses_replay({"text": text}).adjustments.structured_output
+    constraint = _replay({"text": text}, RESPONSES_PROMPT).adjustments.structured_output
     assert constraint is not None and constraint.engine == ENGINE
     assert constraint.params() == {"json": SCHEMA}
     assert list(constraint.params()["json"]["properties"]) == ["z", "a"]
     assert constraint.reasoning_parser is None
-    plain = _responses_replay({"text": {"format": {"type": "text"}, "verbosity": "low"}})
+    plain = _replay({"text": {"format": {"type": "text"}, "verbosity": "low"}}, RESPONSES_PROMPT)
     assert plain.adjustments.is_neutral
     with pytest.raises(SamplingNotReproducibleError, match="key order"):
         request_replay(
@@ -349,20 +345,20 @@ def test_a_responses_text_format_is_replayed_in_the_raw_key_order() -> None:
 
 def test_a_responses_text_format_waits_for_the_reasoning_as_chat_does() -> None:
     reasoning = ServingFlags.of(reasoning_parser="deepseek_r1")
-    gated = _responses_replay({"text": TEXT_JSON}, reasoning).adjustments.structured_output
+    gated = _replay({"text": TEXT_JSON}, RESPONSES_PROMPT, reasoning).adjustments.structured_output
     assert gated is not None and gated.params() == {"json_object": True}
     assert gated.reasoning_parser == "deepseek_r1"
     # The engine refuses this gate on Responses (verifierd.evidence.output_parsing):
     # vLLM's Responses server waits for the reasoning whatever include_reasoning says.
     hidden = {"text": TEXT_JSON, "include_reasoning": False}
-    ungated = _responses_replay(hidden, reasoning).adjustments.structured_output
+    ungated = _replay(hidden, RESPONSES_PROMPT, reasoning).adjustments.structured_output
     assert ungated is not None and ungated.reasoning_parser is None
 
 
 def test_a_schema_without_the_raw_body_is_not_replayed() -> None:
     body = {"structured_outputs": {"json": SCHEMA}}
     with pytest.raises(SamplingNotReproducibleError, match="key order") as info:
-        _replay(body, raw=False)
+        _replay(body, None)
     assert info.value.reason is Reason.SAMPLER_NOT_REPRODUCIBLE
 
 
