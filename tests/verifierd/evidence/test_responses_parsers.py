@@ -20,48 +20,33 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
-from veritap.v1 import record_pb2
 
 from collector.records import quality_name
 from tests.collector.dialects.test_openai_responses import document, events, one
 from tests.verifierd.evidence.test_tool_calls import (
     HERMES_CALL,
-    PROFILE,
     REASONING_ONLY,
     SERVING,
     TOOLS_ONLY,
     Honest,
+    _adjustments,
     _claiming,
     _score,
     backend,
 )
-from verifierd.commitments import GenerationDefaults
+from tests.weather_tool import RESPONSES_TOOL
 from verifierd.difr import SamplingSettings
 from verifierd.engine.backend import EngineBackend, GenerateRequest
 from verifierd.evidence.api_claims import RESPONSES
 from verifierd.evidence.client_view import CHAT, ReceivedOutput, ToolCallView, choice_evidence
 from verifierd.evidence.vllm_views import RenderError, end_tokens, render_request
 from verifierd.logit_adjustments import NEUTRAL, LogitAdjustments
-from verifierd.request_sampling import request_replay
-from verifierd.samplers import get_profile
 from verifierd.serving_flags import ServingFlags
-from verifierd.structured_outputs import StructuredOutputsEngine
 
 pytestmark = pytest.mark.vllm
 __all__ = ["backend"]  # the scripted model's engine
 
-TOOLS = [
-    {
-        "type": "function",
-        "name": "get_weather",
-        "description": "The weather in a city.",
-        "parameters": {
-            "type": "object",
-            "properties": {"city": {"type": "string"}},
-            "required": ["city"],
-        },
-    }
-]
+TOOLS = [RESPONSES_TOOL]
 ASK = "What is the weather in Paris?"
 REASONING = "The user asks about the weather."
 CALL = ToolCallView("get_weather", '{"city": "Paris"}')
@@ -181,20 +166,6 @@ def _response(output: list[Any], status: str = "completed") -> dict[str, Any]:
 def _http_request(request_json: str) -> bytes:
     data = request_json.encode()
     return b"POST /v1/responses HTTP/1.1\r\ncontent-length: %d\r\n\r\n" % len(data) + data
-
-
-def _adjustments(serving: ServingFlags, request_json: str) -> LogitAdjustments:
-    """The request's logit adjustments as the verifier rebuilds them (its grammar)."""
-    params = {k: v for k, v in json.loads(request_json).items() if k != "input"}
-    sampling = record_pb2.SamplingParams(seed=1, params_json=json.dumps(params, sort_keys=True))
-    return request_replay(
-        sampling,
-        GenerationDefaults(),
-        get_profile(PROFILE),
-        structured_outputs=StructuredOutputsEngine.installed(),
-        request_json=request_json,
-        serving=serving,
-    ).adjustments
 
 
 def _honest(

@@ -24,12 +24,17 @@ from collector.records import quality_name
 from tests.collector.dialects.test_openai_responses import document, events, one
 from tests.verifierd.evidence.test_responses_parsers import (
     ASK,
-    _adjustments,
     _http_request,
     _response,
     _steps,
 )
-from tests.verifierd.evidence.test_tool_calls import REASONING_ONLY, Honest, _score, backend
+from tests.verifierd.evidence.test_tool_calls import (
+    REASONING_ONLY,
+    Honest,
+    _adjustments,
+    _score,
+    backend,
+)
 from verifierd.difr import SamplingSettings
 from verifierd.engine.backend import EngineBackend, GenerateRequest
 from verifierd.engine.grammar import server_params

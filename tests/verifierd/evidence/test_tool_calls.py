@@ -24,6 +24,7 @@ from hypothesis import strategies as st
 from veritap.v1 import record_pb2
 
 from tests.cpu_bound import budget, cpu_bound
+from tests.weather_tool import CHAT_TOOL
 from verifierd.commitments import GenerationDefaults
 from verifierd.difr import SamplingSettings
 from verifierd.engine.backend import EngineBackend, EngineSpec, GenerateRequest, ScoreRequest
@@ -43,20 +44,7 @@ pytestmark = pytest.mark.vllm
 
 PROFILE = "vllm-cpu-splitmix"
 DELTA_MAX = 10.0
-TOOLS = [
-    {
-        "type": "function",
-        "function": {
-            "name": "get_weather",
-            "description": "The weather in a city.",
-            "parameters": {
-                "type": "object",
-                "properties": {"city": {"type": "string"}},
-                "required": ["city"],
-            },
-        },
-    }
-]
+TOOLS = [CHAT_TOOL]
 ASK = [{"role": "user", "content": "What is the weather in Paris?"}]
 SERVING = ServingFlags.of(
     chat_template=TOOLS_CHAT_TEMPLATE,
@@ -100,9 +88,10 @@ def _plain_body(**extra: Any) -> str:
 
 
 def _adjustments(serving: ServingFlags, request_json: str) -> LogitAdjustments:
-    """The request's logit adjustments as the verifier rebuilds them (its grammar)."""
+    """The request's logit adjustments as the verifier rebuilds them (its grammar), from
+    a chat or Responses request (its parameters: all but ``messages`` or ``input``)."""
     body = json.loads(request_json)
-    params = {k: v for k, v in body.items() if k != "messages"}
+    params = {k: v for k, v in body.items() if k not in ("messages", "input")}
     sampling = record_pb2.SamplingParams(seed=1, params_json=json.dumps(params, sort_keys=True))
     return request_replay(
         sampling,
