@@ -20,10 +20,11 @@ from typing import Any
 
 import pytest
 from openai import OpenAI
-from openai.types.chat import ChatCompletionMessageParam, ChatCompletionToolParam
+from openai.types.chat import ChatCompletionMessageParam
 
 from tests.e2e.cheating_proxy import CHEAT_HEADER, Cheat
 from tests.e2e.real_pipeline import LivePipeline
+from tests.weather_tool import CHAT_TOOL
 from verifierd.demo.run import MODEL_NAME
 
 pytestmark = [
@@ -33,20 +34,7 @@ pytestmark = [
     pytest.mark.timeout(1800),
 ]
 
-TOOLS: list[ChatCompletionToolParam] = [
-    {
-        "type": "function",
-        "function": {
-            "name": "get_weather",
-            "description": "The weather in a city.",
-            "parameters": {
-                "type": "object",
-                "properties": {"city": {"type": "string"}},
-                "required": ["city"],
-            },
-        },
-    }
-]
+TOOLS = [CHAT_TOOL]
 ASK: list[ChatCompletionMessageParam] = [
     {"role": "user", "content": "What is the weather in Paris?"}
 ]
