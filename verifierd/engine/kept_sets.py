@@ -26,6 +26,15 @@ A row's band at one slack is four float32 numbers (`BAND`): the largest value
 not surely kept (every token above it is), the smallest value possibly kept,
 and the log-normalisers ``log sum exp(x - max x)`` over the shortest and the
 longest prefix (at slack 0 both are vLLM's own).
+
+Without top-p every band lies within a short prefix of the sorted row: the
+tokens min_p keeps at the widest slack, top-k's k with its ties, vLLM's own kept
+set. `bands` then sorts only that prefix (`torch.topk`), as vLLM's top-k does,
+and gets the same numbers bit for bit: each band reads prefix sums, which a
+longer row does not change (the cumulative sum runs in order; exp and log are
+elementwise). The one band that reads the whole row, the
+underflow floor, is then shown not to bind (vLLM's kept tokens all lie far
+above it); where it might, or the prefix is not short, the row is sorted whole.
 """
 
 from __future__ import annotations
@@ -44,6 +53,15 @@ BAND = ("above", "least", "norm_lo", "norm_hi")
 #: A float32 probability below exp(this) may be flushed to 0 (2^-126, and one nat
 #: of room for the prover's rounding of the normaliser).
 UNDERFLOW = math.log(2.0**-126) + 1.0
+#: Rows are sorted only up to their bands' prefix when it is at most 1/PREFIX_SHARE
+#: of their width, and whole past that.
+PREFIX_SHARE = 8
+#: Room (nats) between vLLM's least kept token and the underflow floor for the
+#: floor not to bind (the row's log-normaliser is at most log(width) plus
+#: rounding), and below min_p's widest threshold when counting its prefix.
+FLOOR_MARGIN = 1e-3
+#: Values past 2k that a top-k row's prefix is first taken with, for ties at the k-th.
+TIE_ROOM = 16
 
 
 def bands(raw: torch.Tensor, sampling: SamplingSettings) -> torch.Tensor:
@@ -58,7 +76,8 @@ def bands(raw: torch.Tensor, sampling: SamplingSettings) -> torch.Tensor:
     peak = x.argmax(dim=1, keepdim=True)
     norm0 = -processed.log_softmax(dim=-1, dtype=torch.float32).gather(1, peak).squeeze(1)
 
-    xs = x.sort(dim=1, descending=True).values
+    prefix = _kept_prefix(x, exact, sampling)
+    xs = x.sort(dim=1, descending=True).values if prefix is None else prefix
     d = xs.double() - xs[:, :1].double()
     log_mass = d.exp().cumsum(dim=1).log()
     slack = 2 * torch.tensor(SLACKS, dtype=torch.float64).expand(rows, -1).contiguous()
@@ -78,7 +97,7 @@ def bands(raw: torch.Tensor, sampling: SamplingSettings) -> torch.Tensor:
         lo = lo.minimum(torch.searchsorted(odds, t - slack))
         hi = hi.minimum(torch.searchsorted(odds, t + slack))
     lo[:, 0], hi[:, 0] = exact, exact
-    if sampling.top_p >= 1:
+    if sampling.top_p >= 1 and prefix is None:
         floor = (UNDERFLOW + log_mass[:, -1:]).neg().contiguous()
         lo = lo.minimum(torch.searchsorted(falling, floor, right=True))
     lo = lo.minimum(exact[:, None]).clamp(min=1)
@@ -91,6 +110,54 @@ def bands(raw: torch.Tensor, sampling: SamplingSettings) -> torch.Tensor:
     norm_hi = log_mass.gather(1, hi - 1).maximum(norm0[:, None].double())
     norm_lo[:, 0] = norm_hi[:, 0] = norm0.double()
     return torch.stack([above, least, norm_lo.float(), norm_hi.float()], dim=2)
+
+
+def _kept_prefix(
+    x: torch.Tensor, exact: torch.Tensor, sampling: SamplingSettings
+) -> torch.Tensor | None:
+    """Each row's largest values in descending order, past every token a band reads
+    without top-p (None: the whole sorted row is needed).
+
+    Every band lies within the shortest of the prefixes top-k keeps (k with its
+    ties) and min_p keeps at the widest slack, or within vLLM's own kept set: a
+    prefix whose last value is outside the first, and longer than the second,
+    holds them all. Its length is guessed (k and room for ties), else counted.
+    """
+    width = x.shape[1]
+    top_k = 0 < sampling.top_k < width
+    if sampling.top_p < 1 or not (sampling.min_p > 0 or top_k):
+        return None
+    peak = x.max(dim=1, keepdim=True).values
+    if bool(peak.isnan().any()):
+        return None
+    widest = math.log(sampling.min_p) - 2 * max(SLACKS) if sampling.min_p > 0 else -math.inf
+    shortest = int(exact.max()) + 1
+
+    def prefix(length: int) -> torch.Tensor | None:
+        length = max(length, shortest)
+        if length > width // PREFIX_SHARE:
+            return None
+        xs = x.topk(length, dim=1).values
+        last = xs[:, -1:]
+        past = last.double() - peak.double() < widest
+        if top_k:
+            past |= last < xs[:, sampling.top_k - 1 : sampling.top_k]
+        return xs if bool(past.all()) else None
+
+    xs = prefix(2 * sampling.top_k + TIE_ROOM) if top_k else None
+    if xs is None:
+        if top_k:
+            cut = x.topk(sampling.top_k, dim=1).values[:, -1:]
+        else:
+            cut = (peak.double() + (widest - FLOOR_MARGIN)).float()
+        xs = prefix(int((x >= cut).sum(dim=1, dtype=torch.int32).max()) + 1)
+    if xs is None:
+        return None
+    smallest_kept = xs.gather(1, (exact - 1).clamp(min=0)[:, None]).double()
+    clear = UNDERFLOW + math.log(width) + FLOOR_MARGIN
+    if not bool((smallest_kept - peak.double() >= clear).all()):
+        return None
+    return xs
 
 
 def _log_odds_above(
