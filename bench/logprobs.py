@@ -16,8 +16,9 @@ The processed modes (float32 only) are judged the same way, their honest claims
 computed on CPU by transformers with vLLM's own sampler code
 (tests/verifierd/logprobs_reference.py), under each sampling of ``--samplings``:
 ``top-k`` (``--top-k``), ``top-p`` (0.9) and ``min-p`` (0.05), all at
-temperature 1. Under them the recorder also bands every row's kept set on the
-whole row (verifierd.engine.kept_sets): its cost is in the ratio.
+temperature 1. Under them the recorder also bands every row's kept set
+(verifierd.engine.kept_sets: on the whole sorted row under top-p, on the sorted
+prefix its bands read otherwise): its cost is in the ratio.
 
 Each scoring runs three times with the prefix cache reset before it; the median
 round is reported.
