@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from tests.verifierd.evidence.online_renderer import online_renderer
 from tests.verifierd.test_engine_evidence import (
     Honest,
     _claiming,
@@ -65,19 +66,6 @@ SERVING = {
 }
 
 
-def _online_renderer(llm: Any, serving: ServingFlags) -> Any:
-    from vllm.renderers.online_renderer import OnlineRenderer
-
-    return OnlineRenderer(
-        llm.llm_engine.model_config,
-        llm.renderer,
-        request_logger=None,
-        chat_template=serving.chat_template,
-        chat_template_content_format=serving.chat_template_content_format,
-        default_chat_template_kwargs=serving.chat_template_kwargs,
-    )
-
-
 def _server_prompt(
     llm: Any, dialect: str, body: dict[str, Any], serving: ServingFlags
 ) -> list[int]:
@@ -86,7 +74,7 @@ def _server_prompt(
     from vllm.entrypoints.anthropic.serving import AnthropicServingMessages
     from vllm.entrypoints.openai.responses.protocol import ResponsesRequest
 
-    online = _online_renderer(llm, serving)
+    online = online_renderer(llm, serving)
     if dialect == RESPONSES:
         result = asyncio.run(online.render_responses(ResponsesRequest.model_validate(body)))
         return list(result.engine_input["prompt_token_ids"])

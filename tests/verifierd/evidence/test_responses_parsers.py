@@ -23,6 +23,7 @@ import pytest
 
 from collector.records import quality_name
 from tests.collector.dialects.test_openai_responses import document, events, one
+from tests.verifierd.evidence.online_renderer import online_renderer
 from tests.verifierd.evidence.test_tool_calls import (
     HERMES_CALL,
     REASONING_ONLY,
@@ -66,21 +67,8 @@ def _server_request(
     import asyncio
 
     from vllm.entrypoints.openai.responses.protocol import ResponsesRequest
-    from vllm.renderers.online_renderer import OnlineRenderer
 
-    online = OnlineRenderer(
-        llm.llm_engine.model_config,
-        llm.renderer,
-        request_logger=None,
-        chat_template=serving.chat_template,
-        chat_template_content_format=serving.chat_template_content_format,
-        enable_auto_tools=serving.enable_auto_tool_choice,
-        exclude_tools_when_tool_choice_none=serving.exclude_tools_when_tool_choice_none,
-        tool_parser=serving.tool_call_parser,
-        reasoning_parser=serving.reasoning_parser,
-        tool_strict_level=serving.tool_strict_level,
-        default_chat_template_kwargs=serving.chat_template_kwargs,
-    )
+    online = online_renderer(llm, serving)
     request = ResponsesRequest.model_validate(json.loads(request_json))
     result = asyncio.run(online.render_responses(request))
     return request, online.parser, list(result.engine_input["prompt_token_ids"])
