@@ -23,10 +23,11 @@ from typing import Any
 
 import pytest
 from openai import OpenAI
-from openai.types.responses import FunctionToolParam, Response
+from openai.types.responses import Response
 
 from tests.e2e.cheating_proxy import CHEAT_HEADER, Cheat
 from tests.e2e.real_pipeline import LivePipeline
+from tests.weather_tool import RESPONSES_TOOL
 from verifierd.demo.run import MODEL_NAME
 
 pytestmark = [
@@ -36,19 +37,7 @@ pytestmark = [
     pytest.mark.timeout(1800),
 ]
 
-TOOLS: list[FunctionToolParam] = [
-    {
-        "type": "function",
-        "name": "get_weather",
-        "description": "The weather in a city.",
-        "parameters": {
-            "type": "object",
-            "properties": {"city": {"type": "string"}},
-            "required": ["city"],
-        },
-        "strict": False,
-    }
-]
+TOOLS = [{**RESPONSES_TOOL, "strict": False}]
 ASK = "What is the weather in Paris?"
 REASONING = "The user asks about the weather."
 #: What the client reads: the reasoning, the sentence, the call.
