@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -38,34 +37,20 @@ sys.path[:0] = [str(BENCH.parent), str(BENCH.parent / "protos"), str(BENCH)]
 from detection import (  # noqa: E402
     CLAIMED,
     DISHONEST,
-    PROFILE,
+    OTHER_WEIGHTS,
+    SAMPLED_WRONG,
     Prover,
+    build_models,
+    committed,
     score,
     split_calls,
     with_ids,
 )
 
-from verifierd.commitments import commit_model_dir  # noqa: E402
-from verifierd.models.trained_model import trained_model  # noqa: E402
-from verifierd.models.training import TrainingRecipe  # noqa: E402
-from verifierd.tiny_model import Perturbation, TinyModelSpec, build_tiny_model  # noqa: E402
+from verifierd.tiny_model import TinyModelSpec  # noqa: E402
 
 DTYPE = "bfloat16"
 OUTPUT = "margins-bfloat16.npz"
-#: Sampling changes of the committed model: (sampling used, seed shift).
-SAMPLED_WRONG = {
-    "temp+0.1": (replace(CLAIMED, temperature=1.1), 0),
-    "temp-0.1": (replace(CLAIMED, temperature=0.9), 0),
-    "temp+0.3": (replace(CLAIMED, temperature=1.3), 0),
-    "top-p 0.8": (replace(CLAIMED, top_p=0.8), 0),
-    "wrong-seed": (CLAIMED, 1),
-}
-#: Other weights, by case: the model detection.py builds for it.
-OTHER_WEIGHTS = {
-    "other-model": TinyModelSpec(seed=1),
-    "int8": TinyModelSpec(seed=0, perturb=Perturbation("int8")),
-    "int4": TinyModelSpec(seed=0, perturb=Perturbation("int4")),
-}
 
 
 def main() -> int:
@@ -83,23 +68,9 @@ def main() -> int:
     specs = {"honest": TinyModelSpec(seed=0)} | {
         case: spec for case, spec in OTHER_WEIGHTS.items() if case in chosen
     }
-    built = {
-        name: trained_model(TrainingRecipe(spec=spec))
-        if args.trained
-        else build_tiny_model(args.workdir / name, spec)
-        for name, spec in specs.items()
-    }
+    built = build_models(specs, args.workdir, args.trained)
     honest_dir = built["honest"].path
-    commitment = commit_model_dir(
-        honest_dir,
-        served_model_names=(f"tiny-{DTYPE}",),
-        sampler_profile=PROFILE,
-        engine="vllm",
-        engine_version="0.32.0",
-        dtype=DTYPE,
-        max_model_len=args.tokens + 64,
-        generation_config="vllm",
-    )
+    commitment = committed(honest_dir, DTYPE, args.tokens)
     n = args.responses
     prover = Prover(np.random.default_rng(2027), built["honest"].tokenizer_size, args.tokens)
     honest = prover.requests(f"honest-{DTYPE}", n, CLAIMED)

@@ -76,7 +76,12 @@ from verifierd.engine.pool import EnginePool  # noqa: E402
 from verifierd.evidence.client_view import COMPLETIONS, ChoiceEvidence  # noqa: E402
 from verifierd.models.trained_model import trained_model  # noqa: E402
 from verifierd.models.training import TrainingRecipe  # noqa: E402
-from verifierd.tiny_model import Perturbation, TinyModelSpec, build_tiny_model  # noqa: E402
+from verifierd.tiny_model import (  # noqa: E402
+    Perturbation,
+    TinyModel,
+    TinyModelSpec,
+    build_tiny_model,
+)
 
 PROFILE = "vllm-cpu-splitmix"
 CLAIMED = SamplingSettings(temperature=1.0, top_p=0.95)
@@ -92,6 +97,20 @@ DISHONEST = (
     "top-p 0.8",
     "swap-1%",
 )
+#: The committed model's sampling changed, by case: (sampling used, seed shift).
+SAMPLED_WRONG = {
+    "temp+0.1": (replace(CLAIMED, temperature=1.1), 0),
+    "temp-0.1": (replace(CLAIMED, temperature=0.9), 0),
+    "temp+0.3": (replace(CLAIMED, temperature=1.3), 0),
+    "top-p 0.8": (replace(CLAIMED, top_p=0.8), 0),
+    "wrong-seed": (CLAIMED, 1),
+}
+#: Other weights, by case.
+OTHER_WEIGHTS = {
+    "other-model": TinyModelSpec(seed=1),
+    "int8": TinyModelSpec(seed=0, perturb=Perturbation("int8")),
+    "int4": TinyModelSpec(seed=0, perturb=Perturbation("int4")),
+}
 TARGET_DETECTION = 0.99
 TARGET_FPR = 1e-3
 #: Prompt tokens of one generate call: every prompt must prefill in the engine's
@@ -103,6 +122,32 @@ MAX_SEQS = 256
 SCORE_BATCH = 64
 #: Two-sided 95% normal quantile.
 Z95 = 1.959963984540054
+
+
+def build_models(
+    specs: dict[str, TinyModelSpec], workdir: Path, trained: bool
+) -> dict[str, TinyModel]:
+    """The models of ``specs`` by name: trained (cached) or random, built under ``workdir``."""
+    return {
+        name: trained_model(TrainingRecipe(spec=spec))
+        if trained
+        else build_tiny_model(workdir / name, spec)
+        for name, spec in specs.items()
+    }
+
+
+def committed(honest_dir: Path, dtype: str, tokens: int) -> Commitment:
+    """The honest model's commitment in ``dtype`` for responses of ``tokens`` tokens."""
+    return commit_model_dir(
+        honest_dir,
+        served_model_names=(f"tiny-{dtype}",),
+        sampler_profile=PROFILE,
+        engine="vllm",
+        engine_version="0.32.0",
+        dtype=dtype,
+        max_model_len=tokens + 64,
+        generation_config="vllm",
+    )
 
 
 def wilson(successes: int, n: int) -> tuple[float, float]:
@@ -495,32 +540,11 @@ def main() -> int:
     dtypes = ("float32", "bfloat16") if args.bfloat16 else ("float32",)
     started = time.monotonic()
     args.workdir.mkdir(parents=True, exist_ok=True)
-    models = {
-        "honest": TinyModelSpec(seed=0),
-        "other-model": TinyModelSpec(seed=1),
-        "int8": TinyModelSpec(seed=0, perturb=Perturbation("int8")),
-        "int4": TinyModelSpec(seed=0, perturb=Perturbation("int4")),
-    }
-    built = {
-        name: trained_model(TrainingRecipe(spec=spec))
-        if args.trained
-        else build_tiny_model(args.workdir / name, spec)
-        for name, spec in models.items()
-    }
+    built = build_models(
+        {"honest": TinyModelSpec(seed=0), **OTHER_WEIGHTS}, args.workdir, args.trained
+    )
     honest_dir = built["honest"].path
-    commitments = {
-        dtype: commit_model_dir(
-            honest_dir,
-            served_model_names=(f"tiny-{dtype}",),
-            sampler_profile=PROFILE,
-            engine="vllm",
-            engine_version="0.32.0",
-            dtype=dtype,
-            max_model_len=args.tokens + 64,
-            generation_config="vllm",
-        )
-        for dtype in dtypes
-    }
+    commitments = {dtype: committed(honest_dir, dtype, args.tokens) for dtype in dtypes}
 
     saved = args.workdir / "responses.pkl"
     key = (n, args.tokens, tuple(dishonest), dtypes, args.trained)
@@ -537,18 +561,11 @@ def main() -> int:
             four = [*honest[1:5], *honest[n + 1 : n + 5]]
             rest = [*honest[5:n], *honest[n + 5 :]]
             if dtype == "float32":
-                sampled_wrong = {
-                    "temp+0.1": (replace(CLAIMED, temperature=1.1), 0),
-                    "temp-0.1": (replace(CLAIMED, temperature=0.9), 0),
-                    "temp+0.3": (replace(CLAIMED, temperature=1.3), 0),
-                    "top-p 0.8": (replace(CLAIMED, top_p=0.8), 0),
-                    "wrong-seed": (CLAIMED, 1),
-                }
                 rest = prover.mixed(
                     rest,
                     *(
                         prover.requests(case, n, sampling, seed_shift=shift)
-                        for case, (sampling, shift) in sampled_wrong.items()
+                        for case, (sampling, shift) in SAMPLED_WRONG.items()
                         if case in dishonest
                     ),
                 )
@@ -557,7 +574,7 @@ def main() -> int:
             prover.run(
                 honest_dir, dtype, [lone[:1], lone[1:], four[:4], four[4:], *split_calls(rest)]
             )
-        for name in ("other-model", "int8", "int4"):
+        for name in OTHER_WEIGHTS:
             if name in dishonest:
                 requests = prover.requests(name, n, CLAIMED)
                 prover.run(built[name].path, "float32", split_calls(requests))
