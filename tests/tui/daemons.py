@@ -179,9 +179,10 @@ class Daemons:
         self.judge(HONEST_PROVER, [honest(100, t) for t in at])
         self.judge(DISHONEST_PROVER, [dishonest(50, t) for t in at])
 
-    def judge(self, prover: ProverKey, outcomes: Sequence[Outcome]) -> None:
-        """Records from ``prover`` and their verdicts, written as the pipeline writes them."""
-        self._prover_traffic.send(prover, outcomes)
+    def judge(self, prover: ProverKey, outcomes: Sequence[Outcome]) -> list[str]:
+        """Records from ``prover`` and their verdicts, written as the pipeline writes them;
+        returns their record ids."""
+        return self._prover_traffic.send(prover, outcomes)
 
     def _replay_into_store(self) -> None:
         """Ingest the exchanges as ORIGIN's log with fixed stamps, and classify them."""

@@ -1,5 +1,6 @@
 """Overview: every collector (capture, drops, log head, intake lag), the verifier
-(verdict counts, backlog, throughput, VCA) and the prover alarms in force on one screen.
+(verdict counts, verdicts superseded by amendments, backlog, throughput, VCA) and the
+prover alarms in force on one screen.
 
 The alarms are the provers' in force (ListProvers), listed again whenever the app's
 WatchAlarms stream says one was raised or cleared, so a new alarm shows at once; the
@@ -245,7 +246,19 @@ class OverviewScreen(ConsoleScreen):
             f"({formats.count(stats.awaiting_checkpoint)} awaiting checkpoint)   "
             f"verdicts {formats.rate(stats.verdicts_per_second)}   VCA {vca}"
         )
-        self.query_one("#verifier-summary", Static).update(Text.assemble(counts, "\n", line))
+        summary = Text.assemble(counts, "\n", _superseded(stats.verdicts_superseded), "\n", line)
+        self.query_one("#verifier-summary", Static).update(summary)
+
+
+def _superseded(number: int) -> Text:
+    """How many verdicts amendments replaced. The counts by status are each record's
+    current verdict: a FAIL an amendment withdrew is counted here and its record under
+    UNVERIFIABLE (record_amended), no more under FAIL."""
+    return Text.assemble(
+        "superseded by amendments ",
+        (formats.count(number), "yellow" if number else ""),
+        (" (each record counts once, by its current verdict)", "dim"),
+    )
 
 
 def _intake_state(link: verifier_pb2.CollectorIntake | None) -> Text:
