@@ -335,11 +335,13 @@ class Log:
     # --------------------------------------------------------------- appends
 
     def add_commit_listener(self, callback: CommitListener) -> None:
-        """Call `callback(head_seq)` from the writer thread after each commit that adds entries."""
+        """Call `callback(head_seq)` after each commit that adds entries, from the thread that
+        committed it: the writer thread, or a caller that found the log idle."""
         self._writable().listeners.append(callback)
 
     def add_checkpoint_listener(self, callback: CommitListener) -> None:
-        """Call `callback(tree_size)` from the writer thread after each committed checkpoint."""
+        """Call `callback(tree_size)` after each committed checkpoint (from the committing
+        thread, as commit listeners are)."""
         self._writable().checkpoint_listeners.append(callback)
 
     def _writable(self) -> GroupCommitWriter:

@@ -1,6 +1,14 @@
-"""Group commit for the log: a sequencer thread builds batches, one writer thread commits them.
+"""Group commit for the log: a caller alone commits its own records, else a sequencer
+thread builds batches and one writer thread commits them.
 
-Callers queue records (serialized in their own thread) and block. The
+A caller that finds the log idle (nothing queued, nothing being prepared or
+written) is the *leader*: it does the sequencer's and the writer's work for
+its own records in its own thread, with no hand-off between threads (as
+LevelDB's writer queue does). Callers that arrive meanwhile queue up for the
+threads below, which may build their batch on the leader's state while the
+leader commits; the writer thread commits it only once the leader is done.
+
+Otherwise callers queue records (serialized in their own thread) and block. The
 *sequencer* takes what is queued (up to `max_batch` records), gives each new
 record its seq, builds its envelope, chains its hash, extends the Merkle
 frontier and, when one is due, signs a checkpoint: everything but the disk.
@@ -193,8 +201,10 @@ class GroupCommitWriter:
         # Records in the queue.
         self._queued = 0
         self._closing = False
-        # The writer is committing a batch (or running a job).
+        # The writer thread or a leader is committing a batch (or the writer runs a job).
         self._writing = False
+        # The sequencer or a leader took work and has not yet published the state it leaves.
+        self._preparing = False
         self._slot: _Prepared | None = None
         self._generation = 0
         self._committed = state
@@ -239,14 +249,59 @@ class GroupCommitWriter:
         with self._cond:
             if self._closing:
                 raise LogClosedError("log is closed")
-            self._queue.append(item)
-            self._queued += len(item.ids) if isinstance(item, _Request) else 0
-            self._cond.notify_all()
+            lead = isinstance(item, _Request) and self._idle()
+            if lead:
+                self._writing = self._preparing = True
+                generation = self._generation
+                state = self._next.copy()
+                inflight = dict(self._inflight)
+            else:
+                self._queue.append(item)
+                self._queued += len(item.ids) if isinstance(item, _Request) else 0
+                self._cond.notify_all()
+        if lead:
+            assert isinstance(item, _Request)
+            self._lead(item, state, inflight, generation)
         item.done.wait()
         if item.error is not None:
             if isinstance(item.error, LogError):
                 raise item.error
             raise LogWriteError(f"log write failed: {item.error}") from item.error
+
+    def _idle(self) -> bool:
+        """Nothing queued, prepared or written (caller holds the lock): a caller may lead."""
+        return not (self._queue or self._slot or self._writing or self._preparing)
+
+    def _lead(
+        self, request: _Request, state: ChainState, inflight: dict[bytes, bytes], generation: int
+    ) -> None:
+        """Prepare and commit `request` in the caller's thread (it claimed the writer's role)."""
+        try:
+            prepared = self._prepare([request], state, inflight, generation, last=False)
+        except BaseException as exc:
+            with self._cond:
+                self._writing = self._preparing = False
+                self._cond.notify_all()
+            request.error = exc
+            request.done.set()
+            if not isinstance(exc, Exception):
+                raise
+            logger.exception("log leader failed a batch", extra={"records": len(request.ids)})
+            return
+        with self._cond:
+            # What queued meanwhile may now be sealed on this batch's state.
+            self._next = prepared.state
+            self._inflight.update(prepared.ids)
+            self._preparing = False
+            self._cond.notify_all()
+        try:
+            self._commit(prepared)
+        except BaseException as exc:
+            self._roll_back(prepared, exc)
+        finally:
+            with self._cond:
+                self._writing = False
+                self._cond.notify_all()
 
     def close(self) -> None:
         """Finish what is queued, sign a last checkpoint, and stop both threads."""
@@ -299,7 +354,7 @@ class GroupCommitWriter:
                     if self._finished:
                         return
                     wait = None
-                    if self._slot is None:
+                    if self._slot is None and not self._preparing:
                         if self._queue and (
                             self._queued >= self._max_batch or not self._writing or self._closing
                         ):
@@ -316,20 +371,28 @@ class GroupCommitWriter:
                 generation = self._generation
                 state = self._next.copy()
                 inflight = dict(self._inflight)
+                self._preparing = True
             if isinstance(taken, _Job):
                 self._publish(_Prepared(generation, state, job=taken), taken)
                 continue
             if not taken and not last and not self._checkpoint_due(state, last=False):
+                self._done_preparing()
                 continue
             try:
                 prepared = self._prepare(taken, state, inflight, generation, last=last)
             except Exception as exc:
                 logger.exception("log sequencer failed a batch", extra={"requests": len(taken)})
+                self._done_preparing()
                 for request in taken:
                     request.error = exc
                     request.done.set()
                 continue
             self._publish(prepared, None)
+
+    def _done_preparing(self) -> None:
+        with self._cond:
+            self._preparing = False
+            self._cond.notify_all()
 
     def _publish(self, prepared: _Prepared, job: _Job | None) -> None:
         """Hand a batch to the writer, or requeue its requests when it went stale meanwhile.
@@ -339,8 +402,10 @@ class GroupCommitWriter:
         with self._cond:
             while self._slot is not None and prepared.generation == self._generation:
                 self._cond.wait()
+            self._preparing = False
             if prepared.generation != self._generation:
                 self._requeue(prepared)
+                self._cond.notify_all()
                 return
             self._slot = prepared
             if prepared.job is None:
@@ -436,7 +501,8 @@ class GroupCommitWriter:
     def _write_loop(self) -> None:
         while True:
             with self._cond:
-                while self._slot is None:
+                # A batch sealed while a leader commits waits for the leader's commit.
+                while self._slot is None or self._writing:
                     self._cond.wait()
                 prepared = self._slot
                 self._slot = None

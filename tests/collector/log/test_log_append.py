@@ -98,6 +98,58 @@ def test_concurrent_appends_are_group_committed(tmp_path: Path, signer: Signer) 
         assert len(heads) < 320
 
 
+def test_a_lone_caller_commits_itself_and_later_callers_queue_behind_it(
+    tmp_path: Path, signer: Signer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A caller that finds the log idle commits its records in its own thread; callers
+    arriving during that commit are batched by the writer thread once it is durable."""
+    real_put = GroupCommitWriter._put
+    entered = threading.Event()
+    release = threading.Event()
+    putters: list[str] = []
+
+    def held_put(self: GroupCommitWriter, txn: object, prepared: object, state: object) -> int:
+        putters.append(threading.current_thread().name)
+        if len(putters) == 1:
+            entered.set()
+            assert release.wait(10)
+        return real_put(self, txn, prepared, state)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(GroupCommitWriter, "_put", held_put)
+    results: dict[int, list[int]] = {}
+    committers: list[tuple[int, str]] = []
+    with open_log(tmp_path / "log", signer, checkpoint_interval_s=3600) as log:
+        log.add_commit_listener(
+            lambda head: committers.append((head, threading.current_thread().name))
+        )
+
+        def caller(number: int) -> None:
+            results[number] = log.append_many([make_record(number * 10 + k) for k in range(3)])
+
+        leader = threading.Thread(target=caller, args=(0,), name="leader")
+        leader.start()
+        assert entered.wait(10)
+        others = [threading.Thread(target=caller, args=(n,)) for n in range(1, 4)]
+        for thread in others:
+            thread.start()
+        writer = log._writer
+        assert writer is not None
+        deadline = time.monotonic() + 10
+        while writer._queued < 9 and time.monotonic() < deadline:
+            time.sleep(0.001)
+        assert writer._queued == 9
+        release.set()
+        for thread in [leader, *others]:
+            thread.join()
+        assert results[0] == [1, 2, 3]
+        assert sorted(s for n in range(1, 4) for s in results[n]) == list(range(4, 13))
+        assert committers[0] == (3, "leader")
+        assert committers[-1][0] == 12
+        assert {name for _, name in committers[1:]} == {"log-writer"}
+        assert putters[0] == "leader"
+    assert audit_log(tmp_path / "log", signer.verifier()).problem is None
+
+
 def test_listener_sees_durable_entries(tmp_path: Path, signer: Signer) -> None:
     seen: list[tuple[int, bytes]] = []
     with open_log(tmp_path / "log", signer) as log:
