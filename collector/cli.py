@@ -11,14 +11,16 @@ from appliance.command_line import run_command
 from collector import commands
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The parser of every command, or with ``argv`` of the one it runs (only that
+    command's module is imported)."""
     return build_command_parser(
-        "collector", "veritap collector: capture, log and stream inference records", commands
+        "collector", "veritap collector: capture, log and stream inference records", commands, argv
     )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    return run_command(build_parser(), argv)
+    return run_command(build_parser, argv)
 
 
 if __name__ == "__main__":

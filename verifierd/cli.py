@@ -11,14 +11,19 @@ from appliance.command_line import run_command
 from verifierd import commands
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The parser of every command, or with ``argv`` of the one it runs (only that
+    command's module is imported)."""
     return build_command_parser(
-        "verifierd", "veritap verifier: recompute inference and keep signed verdicts", commands
+        "verifierd",
+        "veritap verifier: recompute inference and keep signed verdicts",
+        commands,
+        argv,
     )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    return run_command(build_parser(), argv)
+    return run_command(build_parser, argv)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
-"""`verifierd SUBCOMMAND` loads every command module to build its parser: none of them may
-pull in torch or vLLM, which take seconds to import and only the engine-side commands
-(run, calibrate, commit) need once they actually run."""
+"""`verifierd --help` (or a missing or unknown command) loads every command module to build
+its parser: none of them may pull in torch or vLLM, which take seconds to import and only
+the engine-side commands (run, calibrate, commit) need once they actually run."""
 
 from __future__ import annotations
 
