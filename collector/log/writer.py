@@ -29,7 +29,6 @@ again: the caller gets the existing seq.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import threading
 import time
@@ -40,7 +39,7 @@ from typing import TypeAlias
 
 import lmdb
 from veritap import merkle
-from veritap.envelope import EnvelopeEncoder
+from veritap.envelope import EnvelopeEncoder, entry_hash
 from veritap.lmdb_env import LmdbEnv, MapGrowthError
 from veritap.note import CheckpointBody, sign_checkpoint
 from veritap.read_gate import MapKeepsGrowingError
@@ -145,7 +144,7 @@ class _Prepared:
         self.job = job
         self.requests: list[_Request] = []
         # The new entries' items for the records, by_record_id and by_model_time databases.
-        self.rows: list[tuple[bytes, memoryview]] = []
+        self.rows: list[tuple[bytes, bytes]] = []
         self.id_rows: list[tuple[bytes, bytes]] = []
         self.model_rows: list[tuple[bytes, bytes]] = []
         # record id -> seq key of the new entries, for dedup until they are committed.
@@ -434,8 +433,7 @@ class GroupCommitWriter:
         frontier.completed.clear()
         append_leaf = frontier.append
         tail = self._encoder.tail(time.time_ns())
-        encode = self._encoder.encode_leaf_input
-        sha256 = hashlib.sha256
+        encode = self._encoder.encode_parts
         rows = prepared.rows
         id_rows = prepared.id_rows
         model_rows = prepared.model_rows
@@ -446,22 +444,24 @@ class GroupCommitWriter:
             txn.cursor(db=self._dbs[Db.BY_RECORD_ID]) as cursor,
         ):
             wanted = [rid for request in requests for rid in request.ids if rid not in inflight]
-            stored = dict(cursor.getmulti(wanted)) if wanted else {}
+            # Record id -> seq key of the entries stored or in flight before this batch.
+            earlier = dict(cursor.getmulti(wanted)) if wanted else {}
+        earlier.update(inflight)
         for request in requests:
             seqs: list[int] = []
             for payload, header, record_id, model_key in zip(
                 request.payloads, request.headers, request.ids, request.model_keys, strict=True
             ):
-                known = fresh.get(record_id) or inflight.get(record_id) or stored.get(record_id)
+                known = fresh.get(record_id) or earlier.get(record_id)
                 if known is not None:
                     seqs.append(layout.read_u64(known))
                     continue
                 seq += 1
                 key = u64(seq)
-                leaf_input = encode(seq, prev, tail, header, payload)
-                prev = sha256(leaf_input).digest()
+                envelope = encode(seq, prev, tail, header, payload)
+                prev = entry_hash(envelope)
                 append_leaf(prev)
-                rows.append((key, memoryview(leaf_input)[1:]))
+                rows.append((key, envelope))
                 id_rows.append((record_id, key))
                 model_rows.append((model_key + key, b""))
                 fresh[record_id] = key
