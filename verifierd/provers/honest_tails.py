@@ -20,8 +20,9 @@ from verifierd.store import Store
 
 #: The named database: commitment id (hex) -> HonestTails JSON.
 DB_NAME = "honest_tails"
-#: Version of the JSON form; the first had no per-response counts.
-TAILS_FORMAT = 2
+#: Version of the JSON form: the first had no per-response counts, the second counted
+#: clusters at the lowest level only.
+TAILS_FORMAT = 3
 
 
 def encode_tails(tails: HonestTails) -> bytes:
@@ -29,22 +30,31 @@ def encode_tails(tails: HonestTails) -> bytes:
 
 
 def decode_tails(raw: bytes) -> HonestTails:
-    """The stored tails; tails stored before the per-response counts existed are an
-    error that says to calibrate again (no test runs on them)."""
+    """The stored tails. Tails of the second format keep the test they had: with no
+    cluster at the lowest level there is none at any (every level per token), with one
+    the clusters per level are unknown (every level per response, `HonestTails.clusters`
+    None); tails stored before the per-response counts existed are an error that says
+    to calibrate again (no test runs on them)."""
     data = json.loads(raw)
-    if data.get("format") != TAILS_FORMAT:
+    form = data.get("format")
+    if form not in (2, TAILS_FORMAT):
         raise SequentialTestError(
             "honest tails of an earlier format (no per-response counts): run "
             "`verifierd calibrate --apply` again"
         )
+    levels = tuple(float(c) for c in data["levels"])
+    if form == 2:
+        clusters = None if int(data["clustered"]) else (0,) * len(levels)
+    else:
+        clusters = None if data["clusters"] is None else tuple(int(n) for n in data["clusters"])
     return HonestTails(
         delta_max=float(data["delta_max"]),
         tokens=int(data["tokens"]),
-        levels=tuple(float(c) for c in data["levels"]),
+        levels=levels,
         exceedances=tuple(int(n) for n in data["exceedances"]),
         responses=int(data["responses"]),
         response_exceedances=tuple(int(n) for n in data["response_exceedances"]),
-        clustered=int(data["clustered"]),
+        clusters=clusters,
     )
 
 
@@ -70,7 +80,7 @@ def store_honest_tails(
                 "exceedances": list(tails.exceedances),
                 "responses": tails.responses,
                 "response_exceedances": list(tails.response_exceedances),
-                "clustered": tails.clustered,
+                "clusters": None if tails.clusters is None else list(tails.clusters),
             },
         )
 

@@ -86,6 +86,12 @@ TESTS = [
     SequentialTest.from_honest(
         HonestTails.from_margins([np.array([0.0, 0.2, 0.3])] + [np.zeros(10)] * 50, 10.0)
     ),
+    # Per response up to 1e-3 (a cluster there), per token above (one isolated token).
+    SequentialTest.from_honest(
+        HonestTails.from_margins(
+            [np.array([0.0, 2e-3, 3e-3]), np.array([0.0, 0.5])] + [np.zeros(10)] * 50, 10.0
+        )
+    ),
 ]
 
 

@@ -124,16 +124,16 @@ def test_independent_honest_tokens_cross_at_most_alpha() -> None:
     def draw(responses: int, tokens: int) -> list[npt.NDArray[np.float64]]:
         return list(rng.choice(values, size=(responses, tokens), p=p))
 
-    assert SequentialTest.from_honest(HonestTails.from_margins(draw(1000, 1), 1.0)).unit is (
-        Unit.TOKEN
-    )
+    test = SequentialTest.from_honest(HonestTails.from_margins(draw(1000, 1), 1.0))
+    assert set(test.units) == {Unit.TOKEN}
     rate = null_stream_rate(draw, (1000, 1), (20, 250), alpha, provers)
     assert rate <= alpha + 3 * math.sqrt(alpha * (1 - alpha) / provers)
 
 
 def test_clustered_honest_responses_are_tested_per_response_and_cross_at_most_alpha() -> None:
     """Honest noise in clusters: 5% of responses (near ties) hold 2-8 tokens above 0,
-    the rest none. Calibration sees clusters, so the test runs per response; honest
+    the rest none. Calibration sees clusters, so the test runs per response up to their
+    margin (and per token above it, where nothing honest reaches); honest
     provers then cross at most alpha (a per-token test on these margins would not:
     a cluster looks like a prover changing tokens)."""
     alpha, provers = 0.05, 400
@@ -149,7 +149,10 @@ def test_clustered_honest_responses_are_tested_per_response_and_cross_at_most_al
         return out
 
     test = SequentialTest.from_honest(HonestTails.from_margins(draw(300, 100), 1.0))
-    assert test.unit is Unit.RESPONSE and test.calibration_units == 300
+    # Up to 0.02 per response (one level kept: its count is the same at each); above it
+    # nothing honest, per token.
+    assert test.units == (Unit.RESPONSE, Unit.TOKEN)
+    assert test.calibration_units == (300, 30_000) and test.calibration_counts[1] == 0
     rate = null_stream_rate(draw, (300, 100), (40, 100), alpha, provers)
     assert rate <= alpha + 3 * math.sqrt(alpha * (1 - alpha) / provers)
 
@@ -158,7 +161,8 @@ def test_one_response_is_one_unit_per_response() -> None:
     """Per response, a response counts once however many of its tokens exceed."""
     test = bf16_test(np.random.default_rng(10))
     state = update(start(test, 0.0), [0.5] * 7 + [0.0] * 3, 1.0)
-    assert (state.units, state.tokens, state.exceedances[0]) == (1, 10, 1)
+    assert set(test.units) == {Unit.RESPONSE}
+    assert (state.units[0], state.tokens, state.exceedances[0]) == (1, 10, 1)
     assert update(start(test, 0.0), [0.5], 1.0).exceedances == state.exceedances
 
 
@@ -167,7 +171,9 @@ def test_the_start_has_mean_at_most_one_under_the_null() -> None:
     calibration's outcomes at any honest rate is at most 1 (exactly, for N = 40)."""
     tokens = 40
     starts = [
-        math.exp(log_e_value(start(SequentialTest(0.5, 1.0, (0.0,), Unit.TOKEN, tokens, (n,)), 0)))
+        math.exp(
+            log_e_value(start(SequentialTest(0.5, 1.0, (0.0,), (Unit.TOKEN,), (tokens,), (n,)), 0))
+        )
         for n in range(tokens + 1)
     ]
     for p in (1e-4, 0.01, 0.1, 0.5, 0.9):
@@ -189,15 +195,15 @@ def test_honest_bf16_like_streams_never_cross_at_tight_alpha() -> None:
 
 def test_bf16_calibration_keeps_levels_above_the_honest_noise() -> None:
     test = bf16_token_test()
-    assert test.unit is Unit.TOKEN and test.calibration_units == 200_000
+    assert set(test.units) == {Unit.TOKEN} and set(test.calibration_units) == {200_000}
     assert test.levels[0] == 0.0 and len(test.levels) >= 3
     assert test.calibration_counts[0] > 2000
     assert test.calibration_counts[-1] < 200
 
 
 def test_float32_calibration_keeps_only_level_zero() -> None:
-    assert FLOAT32.levels == (0.0,) and FLOAT32.unit is Unit.TOKEN
-    assert (FLOAT32.calibration_units, FLOAT32.calibration_counts) == (300_000, (0,))
+    assert FLOAT32.levels == (0.0,) and FLOAT32.units == (Unit.TOKEN,)
+    assert (FLOAT32.calibration_units, FLOAT32.calibration_counts) == ((300_000,), (0,))
 
 
 def test_three_changed_tokens_in_300_alarm_against_exact_float32() -> None:
@@ -308,7 +314,7 @@ def test_a_new_day_alarms_on_evidence_already_pooled() -> None:
     raises it on day 2 with no new token."""
     low, high = math.log(1e6 / 2), math.log(1e6)
     n = np.arange(2, 200_000, dtype=np.int64)
-    log_e = FLOAT32.log_e_values(n, np.full((n.size, 1), 2, dtype=np.int64))
+    log_e = FLOAT32.log_e_values(n[:, None], np.full((n.size, 1), 2, dtype=np.int64))
     tokens = int(n[np.flatnonzero((log_e > low) & (log_e < high))[0]])
     # Both exceeding tokens last: E is largest there, so nothing crossed on the way.
     state = update(start(FLOAT32, 0.0), [0.0] * (tokens - 2) + [0.5, 0.5], 1.0)
@@ -347,5 +353,156 @@ def test_calibration_counts_the_honest_tails_at_its_delta_max() -> None:
     assert (counts[0.0], counts[1e-3], counts[1e-2], counts[0.1]) == (3, 3, 2, 2)
     responses = dict(zip(tails.levels, tails.response_exceedances, strict=True))
     assert (tails.responses, responses[0.0], responses[1e-2]) == (2, 2, 2)
-    # The first response holds two tokens above 0: a cluster.
-    assert tails.clustered == 1
+    # The first response holds two tokens above 0 and above 1e-3 (clusters), one above 1e-2.
+    clusters = dict(zip(tails.levels, tails.clusters or (), strict=True))
+    assert (clusters[0.0], clusters[1e-3], clusters[1e-2]) == (1, 1, 0)
+
+
+def clustered_low_isolated_high(
+    rng: np.random.Generator, responses: int, tokens: int, high_rate: float = 1e-3
+) -> list[npt.NDArray[np.float64]]:
+    """bfloat16-like honest margins: 10% of responses (near ties) hold 2-8 tokens at
+    0.005 (above the levels up to 1e-3), and every token independently exceeds 0.1 (at
+    0.5) at ``high_rate``: clustered at the low levels, isolated at the high ones."""
+    out = []
+    for _ in range(responses):
+        m = np.zeros(tokens)
+        if rng.random() < 0.1:
+            m[rng.choice(tokens, int(rng.integers(2, 9)), replace=False)] = 0.005
+        out.append(np.where(rng.random(tokens) < high_rate, 0.5, m))
+    return out
+
+
+def test_each_level_has_its_unit() -> None:
+    """Per response where an honest response held two tokens above the level, per token
+    above that; each level's calibration units and counts are of its unit."""
+    cal = [
+        np.array([0.004, 0.004, 0.0]),  # a cluster up to 1e-3
+        np.array([0.0, 0.3, 0.002]),  # another, and one token above 1e-2 and 0.1
+        np.array([0.05, 0.0, 0.0]),  # one token above 1e-2
+        np.zeros(3),
+    ]
+    tails = HonestTails.from_margins(cal, 1.0)
+    assert tails.levels[-1] == 0.1 and tails.clusters == (2, 2, 2, 2, 2, 0, 0)
+    test = SequentialTest.from_honest(tails)
+    # 0 .. 1e-3 all see 3 responses: one kept; per token 1e-2 (2 tokens) and 0.1 (1).
+    assert test.levels == (0.0, 1e-2, 0.1)
+    assert test.units == (Unit.RESPONSE, Unit.TOKEN, Unit.TOKEN)
+    assert test.calibration_units == (4, 12, 12)
+    assert test.calibration_counts == (3, 2, 1)
+
+
+def test_per_response_levels_must_lie_below_per_token_ones() -> None:
+    with pytest.raises(SequentialTestError, match="below per-token"):
+        SequentialTest(0.1, 1.0, (0.0, 0.1), (Unit.TOKEN, Unit.RESPONSE), (100, 10), (3, 1))
+
+
+def test_mixed_units_cross_at_most_alpha() -> None:
+    """The null with both units: honest noise clustered at the low levels and isolated
+    at the high ones (calibration then tests the first per response and the others per
+    token, in nearly every draw); honest provers cross at most alpha."""
+    alpha, provers = 0.2, 150
+    rng = np.random.default_rng(11)
+
+    def draw(responses: int, tokens: int) -> list[npt.NDArray[np.float64]]:
+        return clustered_low_isolated_high(rng, responses, tokens)
+
+    test = SequentialTest.from_honest(HonestTails.from_margins(draw(300, 20), 1.0))
+    assert Unit.RESPONSE in test.units and Unit.TOKEN in test.units
+    rate = null_stream_rate(draw, (300, 20), (50, 40), alpha, provers)
+    assert rate <= alpha + 3 * math.sqrt(alpha * (1 - alpha) / provers)
+
+
+def mixed_test(alpha: float = 1e-6) -> SequentialTest:
+    tails = HonestTails.from_margins(
+        clustered_low_isolated_high(np.random.default_rng(12), 300, 500, high_rate=2e-6), 1.0
+    )
+    test = SequentialTest.from_honest(tails, false_alarm_per_day=alpha)
+    assert test.units[0] is Unit.RESPONSE and test.units[-1] is Unit.TOKEN
+    return test
+
+
+def test_a_mixed_test_checks_inside_a_response_only_above_the_per_token_levels() -> None:
+    """Tokens above only the per-response levels are judged once the response ends;
+    the first check inside one is at a token above the lowest per-token level, with its
+    response counted as exceeding every per-response level."""
+    test = mixed_test(alpha=0.2)
+    low = 0.005  # above the per-response levels only
+    assert low < test.levels[test.lowest_per_token]
+    state = start(test, 0.0)
+    for _ in range(40):
+        state = update(state, [low] * 20, 1.0)
+        if crossed(state):
+            break
+    assert state.alarm is not None and state.alarm.token == state.tokens
+    high = update(start(test, 0.0), [0.0] * 7 + [0.5] * 3 + [0.0] * 90, 1.0)
+    assert high.alarm is not None and 8 <= high.alarm.token <= 10
+    assert (high.units, high.exceedances[0], high.exceedances[-1]) == (
+        tuple(1 if u is Unit.RESPONSE else 100 for u in test.units),
+        1,
+        3,
+    )
+
+
+def test_a_wrong_seed_like_prover_alarms_within_a_few_tokens_per_level() -> None:
+    """Every token changed by a large margin (a wrong seed, another model): against a
+    calibration clustered only at the low levels it alarms within its first response,
+    per token at the high levels; tested per response at every level (tails without
+    per-level clusters) it needs over ten times as many tokens."""
+    test = mixed_test()
+    per_response = SequentialTest.from_honest(
+        replace(
+            HonestTails.from_margins(
+                clustered_low_isolated_high(np.random.default_rng(12), 300, 500, 2e-6), 1.0
+            ),
+            clusters=None,
+        )
+    )
+    assert set(per_response.units) == {Unit.RESPONSE}
+    rng = np.random.default_rng(13)
+    for _ in range(20):
+        tokens_to_alarm = []
+        for t in (test, per_response):
+            state = start(t, 0.0)
+            while not crossed(state) and state.tokens < 100_000:
+                state = update(state, rng.uniform(0.2, 2.0, int(rng.integers(16, 200))), 1.0)
+            assert state.alarm is not None
+            tokens_to_alarm.append(state.alarm.token)
+        assert tokens_to_alarm[0] <= 10 and 10 * tokens_to_alarm[0] <= tokens_to_alarm[1]
+
+
+#: A state as the previous format (2) wrote it: one unit and calibration size for all
+#: levels.
+FORMAT_2_STATE = json.dumps(
+    {
+        "alarm": None,
+        "exceedances": [3, 1],
+        "format": 2,
+        "responses": 40,
+        "started_at": 1.7e9,
+        "test": {
+            "calibration_counts": [5, 4],
+            "calibration_units": 150,
+            "delta_max": 2.5,
+            "false_alarm_per_day": 6.08e-7,
+            "levels": [0.0, 0.1],
+            "unit": "response",
+        },
+        "tokens": 9500,
+    }
+)
+
+
+def test_a_state_of_the_previous_format_loads_with_its_evidence() -> None:
+    state = SequentialState.from_json(FORMAT_2_STATE)
+    assert state.test == SequentialTest(
+        6.08e-7, 2.5, (0.0, 0.1), (Unit.RESPONSE, Unit.RESPONSE), (150, 150), (5, 4)
+    )
+    assert (state.tokens, state.responses, state.exceedances, state.units) == (
+        9500,
+        40,
+        (3, 1),
+        (40, 40),
+    )
+    assert SequentialState.from_json(state.to_json()) == state
+    assert json.loads(state.to_json())["format"] == 3
