@@ -8,7 +8,7 @@ after its model (e.g. ``random``, and ``trained`` for a ``--trained`` run).
 Per commitment (float32, bfloat16): its honest responses are split in two at
 random; one half calibrates (`verifierd.calibration.calibrate` gives Δmax, and
 `HonestTails` counts the honest tokens and responses above each level, and the
-responses holding a cluster: two tokens or more above 0), the other half feeds
+responses holding a cluster above it: two tokens or more), the other half feeds
 the honest provers. Each simulated prover sends responses drawn with replacement
 from its case, each cut to a length drawn log-uniformly from 16 to 1,000 tokens
 (a prefix: the same seed generates the same first tokens), and its state is
@@ -17,8 +17,12 @@ until the alarm or a cap of pooled tokens. Dishonest provers claim the float32
 commitment (detection.py's cases) and, where WORKDIR/margins-bfloat16.npz holds them
 (bench/bfloat16_dishonest.py: the same cases generated in bfloat16 and scored against
 the bfloat16 commitment), the bfloat16 one, each against the test the daemon runs for
-the commitment it claims (calibrated on that commitment's honest half: per response
-where it saw a cluster); each case gets --provers of them.
+the commitment it claims (calibrated on that commitment's honest half: each level
+per response where it saw a cluster above it, per token above that); each case gets
+--provers of them. Where calibration saw a cluster at the lowest level (bfloat16),
+the same provers (same responses, same lengths) are also judged by the test as it
+ran before the unit was chosen per level, every level per response (what tails of
+the earlier format still get), and the table gives both and their ratio.
 
 Reported per dishonest case: pooled tokens until the alarm (the token at which
 the e-value crossed; median, 99th percentile, a prover that never crossed
@@ -31,12 +35,14 @@ beside the theoretical bound (alpha per prover, for its first day, whatever
 number of commitments it serves: each simulated prover serves one, its first
 test, at the share 6/pi^2 of alpha; `verifierd.provers.sequential.alpha_share`),
 the largest ln E any honest prover reached as a fraction of its threshold
-ln(1 / (alpha * 6/pi^2)), the unit
-the test runs in (per response where calibration saw a cluster) and, for a
-commitment tested per response, the alarms at 1e-2 had it been tested per
-token (what clustered honest noise does to a per-token null). Last, the null's
-own case: synthetic calibrations and provers exceeding at one rate, at alpha =
-1e-2, where a rate is measurable, against that bound.
+ln(1 / (alpha * 6/pi^2)), the units
+the test runs in, level by level (R per response, T per token) and, for a
+commitment with a level per response, the alarms at 1e-2 had every level been
+tested per token (what clustered honest noise does to a per-token null). Last,
+the null's own case: synthetic calibrations and provers exceeding at one rate,
+and honest noise clustered at the low levels and isolated at the high ones
+(both units in one test), at alpha = 1e-2, where a rate is measurable, against
+that bound.
 
 For the slowest case of each commitment (by p99), the p99's spread: over other draws
 of --provers provers, over one draw ten times as large and over as large draws from
@@ -167,6 +173,34 @@ def simulate(
     )
 
 
+def paired_runs(
+    tests: Sequence[SequentialTest],
+    pool: Sequence[Margins],
+    provers: int,
+    cap: int,
+    rng: np.random.Generator,
+) -> list[list[Outcome]]:
+    """``provers`` provers sending responses from ``pool``, each judged by every test of
+    ``tests`` on the same responses of the same lengths (one seed per prover)."""
+    seeds = rng.integers(2**63, size=provers)
+    out = []
+    for test in tests:
+        runs = []
+        for seed in seeds:
+            own = np.random.default_rng(seed)
+            runs.append(simulate(test, from_pool(pool, own), cap, own))
+        out.append(runs)
+    return out
+
+
+def units_label(test: SequentialTest) -> str:
+    """Each level with its unit: R per response, T per token (``R0 T0.01 T0.1``)."""
+    return " ".join(
+        f"{'T' if u is Unit.TOKEN else 'R'}{c:g}"
+        for u, c in zip(test.units, test.levels, strict=True)
+    )
+
+
 def quantile(values: Sequence[int | None], q: float, cap: int) -> int:
     """The q-quantile (an observed value), a missing value counting as cap + 1."""
     return int(np.quantile([cap + 1 if v is None else v for v in values], q, method="higher"))
@@ -178,11 +212,14 @@ def cell(value: int, cap: int) -> str:
 
 @dataclass(frozen=True)
 class Commitment:
-    """One calibrated commitment of one model: its test and its honest test set."""
+    """One calibrated commitment of one model: its test, the test as it ran before each
+    level chose its unit (every level per response) where calibration saw a cluster at
+    the lowest level, and its honest test set."""
 
     model: str
     dtype: str
     test: SequentialTest
+    before: SequentialTest | None
     tails: HonestTails
     honest: list[Margins]
 
@@ -220,11 +257,15 @@ def load(
         cal = [rows[i] for i in order[:half]]
         delta_max = calibrate(cal, target_fpr=1e-3, sample_rate=1.0).settings.delta_max
         tails = HonestTails.from_margins(cal, delta_max)
+        clustered = tails.clusters is not None and tails.clusters[0] > 0
         commitments.append(
             Commitment(
                 workdir.name,
                 case.removeprefix("honest-"),
                 first_test(tails, DEFAULT_FALSE_ALARM_PER_DAY),
+                first_test(replace(tails, clusters=None), DEFAULT_FALSE_ALARM_PER_DAY)
+                if clustered
+                else None,
                 tails,
                 [rows[i] for i in order[half:]],
             )
@@ -247,8 +288,14 @@ def alpha_test(test: SequentialTest, alpha: float) -> SequentialTest:
 
 
 #: The null's own case: (unit, calibration units, rate per unit); per token like a
-#: float32 or bfloat16 commitment, per response like a clustered one.
+#: float32 commitment or a bfloat16 one's high levels, per response like its low ones.
 NULL_CASES = ((Unit.TOKEN, 150_000, 1e-4), (Unit.TOKEN, 150_000, 1e-3), (Unit.RESPONSE, 150, 0.05))
+#: The null with both units: responses of this many tokens, this share of them with a
+#: cluster of 2-8 tokens at CLUSTER_MARGIN (above the levels up to 1e-3), and every
+#: token independently at ISOLATED_MARGIN (above 0.1) at this rate; calibrated on
+#: MIXED_CALIBRATION responses.
+MIXED_LENGTH, CLUSTERED_SHARE, ISOLATED_RATE, MIXED_CALIBRATION = 100, 0.1, 3e-4, 150
+CLUSTER_MARGIN, ISOLATED_MARGIN = 0.005, 0.5
 
 
 def null_alarms(
@@ -260,7 +307,7 @@ def null_alarms(
     alarms = pooled = 0
     for _ in range(provers):
         n = int(rng.binomial(units, rate))
-        test = SequentialTest(LOOSE_ALPHA * FIRST_SHARE, 1.0, (0.0,), unit, units, (n,))
+        test = SequentialTest(LOOSE_ALPHA * FIRST_SHARE, 1.0, (0.0,), (unit,), (units,), (n,))
         if unit is Unit.TOKEN:
             stream = [(rng.random(HONEST_STREAM) < rate) * 0.5]
         else:
@@ -269,38 +316,77 @@ def null_alarms(
         for m in stream:
             state = update(state, m, 0.0)
         alarms += state.alarm is not None
-        pooled += state.units
+        pooled += state.units[0]
     return alarms, pooled
+
+
+def clustered_and_isolated(responses: int, rng: np.random.Generator) -> list[Margins]:
+    """Honest margins of the mixed null (MIXED_LENGTH and the rest)."""
+    out = []
+    for _ in range(responses):
+        m = np.zeros(MIXED_LENGTH)
+        if rng.random() < CLUSTERED_SHARE:
+            cluster = rng.choice(MIXED_LENGTH, int(rng.integers(2, 9)), replace=False)
+            m[cluster] = CLUSTER_MARGIN
+        out.append(np.where(rng.random(MIXED_LENGTH) < ISOLATED_RATE, ISOLATED_MARGIN, m))
+    return out
+
+
+def mixed_null_alarms(provers: int, rng: np.random.Generator) -> tuple[int, int, int]:
+    """Provers (of ``provers``) crossing at LOOSE_ALPHA under the mixed null, each with
+    a calibration of its own; the pooled tokens, and the tests with both units."""
+    alarms = pooled = mixed = 0
+    for _ in range(provers):
+        tails = HonestTails.from_margins(clustered_and_isolated(MIXED_CALIBRATION, rng), 1.0)
+        test = first_test(tails, LOOSE_ALPHA)
+        mixed += len(set(test.units)) == 2
+        state = start(test, 0.0)
+        for m in clustered_and_isolated(HONEST_STREAM // MIXED_LENGTH, rng):
+            state = update(state, m, 0.0)
+        alarms += state.alarm is not None
+        pooled += state.tokens
+    return alarms, pooled, mixed
 
 
 def dishonest_table(
     dishonest: dict[Case, list[Margins]],
-    tests: dict[tuple[str, str], SequentialTest],
+    commitments: dict[tuple[str, str], Commitment],
     provers: int,
     rng: np.random.Generator,
 ) -> dict[Case, tuple[int, int]]:
     """Print the dishonest cases' table, each against the test of the commitment it
-    claims; return each case's (median, p99) tokens to alarm."""
+    claims and, where it differs, the same provers against that test as it ran before
+    (every level per response); return each case's (median, p99) tokens to alarm."""
     print(
-        "\n| model | commitment (unit) | prover | provers | alarmed | median tokens to alarm "
-        "| p99 | median scored when raised | median first changed token | x first changed |"
+        "\n| model | commitment (units) | prover | provers | alarmed | median tokens to alarm "
+        "| p99 | median scored when raised | median first changed token | x first changed "
+        "| every level per response: median | p99 | median / that |"
     )
-    print("|---|---|---|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     out = {}
     for (model, dtype, case), pool in dishonest.items():
-        test = tests[(model, dtype)]
-        runs = [simulate(test, from_pool(pool, rng), DISHONEST_CAP, rng) for _ in range(provers)]
+        c = commitments[(model, dtype)]
+        tests = [c.test] if c.before is None else [c.test, c.before]
+        runs, *before = paired_runs(tests, pool, provers, DISHONEST_CAP, rng)
         tokens = [r.alarm_token for r in runs]
         median, p99 = (quantile(tokens, q, DISHONEST_CAP) for q in (0.5, 0.99))
         first = quantile([r.first_changed for r in runs], 0.5, DISHONEST_CAP)
         raised = quantile([r.raised_after for r in runs], 0.5, DISHONEST_CAP)
         out[(model, dtype, case)] = (median, p99)
+        then = "(same) | | "
+        if before:
+            old = [r.alarm_token for r in before[0]]
+            old_median, old_p99 = (quantile(old, q, DISHONEST_CAP) for q in (0.5, 0.99))
+            then = (
+                f"{cell(old_median, DISHONEST_CAP)} | {cell(old_p99, DISHONEST_CAP)} "
+                f"| {median / old_median:.3f}"
+            )
         print(
-            f"| {model} | {dtype} ({test.unit}) | {case} | {provers} "
+            f"| {model} | {dtype} ({units_label(c.test)}) | {case} | {provers} "
             f"| {sum(t is not None for t in tokens)} "
             f"| {cell(median, DISHONEST_CAP)} | {cell(p99, DISHONEST_CAP)} "
             f"| {cell(raised, DISHONEST_CAP)} | {cell(first, DISHONEST_CAP)} "
-            f"| {median / first:.2f} |",
+            f"| {median / first:.2f} | {then} |",
             flush=True,
         )
     return out
@@ -315,8 +401,8 @@ def honest_table(
     print(
         f"\n| model | honest commitment | provers | pooled tokens | alarms @ alpha "
         f"{DEFAULT_FALSE_ALARM_PER_DAY:g} | bound per prover | alarms @ alpha {LOOSE_ALPHA:g} "
-        "| bound per prover | peak ln E / threshold | unit | alarms @ alpha "
-        f"{LOOSE_ALPHA:g} if tested per token |"
+        "| bound per prover | peak ln E / threshold | units | alarms @ alpha "
+        f"{LOOSE_ALPHA:g} if every level were per token |"
     )
     print("|---|---|---:|---:|---:|---:|---:|---:|---:|---|---:|")
     false_alarms, pooled = 0, []
@@ -335,8 +421,8 @@ def honest_table(
         pooled.append(sum(r.pooled for r in runs))
         peak = max(r.peak_log_e for r in runs) / c.test.log_threshold(1)
         per_token = "(same)"
-        if c.test.unit is Unit.RESPONSE:
-            forced = first_test(replace(c.tails, clustered=0), LOOSE_ALPHA)
+        if Unit.RESPONSE in c.test.units:
+            forced = first_test(replace(c.tails, clusters=(0,) * len(c.tails.levels)), LOOSE_ALPHA)
             forced_alarms = sum(
                 simulate(forced, from_pool(c.honest, rng), HONEST_STREAM, rng).alarm_token
                 is not None
@@ -347,7 +433,7 @@ def honest_table(
             f"| {c.model} | {c.dtype} | {provers} | {pooled[-1]:,} "
             f"| {alarms} ({alarms / provers:.2g}) | {bound:.0e} "
             f"| {loose_alarms} ({loose_alarms / provers:.2g}) | {loose_bound:.2g} "
-            f"| {peak:.3f} | {c.test.unit} | {per_token} |",
+            f"| {peak:.3f} | {units_label(c.test)} | {per_token} |",
             flush=True,
         )
     return false_alarms, pooled
@@ -366,6 +452,16 @@ def null_table(provers: int, rng: np.random.Generator) -> None:
             f"| {pooled:,} | {alarms} | {alarms / provers:.4f} | {LOOSE_ALPHA:g} |",
             flush=True,
         )
+    mixed_provers = provers // 4
+    alarms, pooled, mixed = mixed_null_alarms(mixed_provers, rng)
+    print(
+        f"| both units: {CLUSTERED_SHARE:g} of responses with a cluster at {CLUSTER_MARGIN:g}, "
+        f"tokens at {ISOLATED_MARGIN:g} at rate {ISOLATED_RATE:g}; {MIXED_CALIBRATION} "
+        f"calibration responses of {MIXED_LENGTH} tokens ({mixed} tests with both units) "
+        f"| {mixed_provers} | {pooled:,} tokens | {alarms} | {alarms / mixed_provers:.4f} "
+        f"| {LOOSE_ALPHA:g} |",
+        flush=True,
+    )
 
 
 def reach(test: SequentialTest, exceeding: int) -> int:
@@ -374,7 +470,7 @@ def reach(test: SequentialTest, exceeding: int) -> int:
 
     def alarms(units: int) -> bool:
         counts = np.array([[exceeding] * len(test.levels)], dtype=np.int64)
-        log_e = test.log_e_values(np.array([units], dtype=np.int64), counts)[0]
+        log_e = test.log_e_values(np.array([[units] * len(test.levels)], dtype=np.int64), counts)[0]
         return bool(log_e >= test.log_threshold(1))
 
     if not alarms(exceeding):
@@ -498,32 +594,37 @@ def report(workdirs: Sequence[Path], provers: int, honest_tokens: int, null_prov
         calibrated, cases = load(workdir, rng)
         commitments += calibrated
         dishonest.update(cases)
-    tests = {(c.model, c.dtype): c.test for c in commitments}
+    by_commitment = {(c.model, c.dtype): c for c in commitments}
 
     print(
         f"# alpha {DEFAULT_FALSE_ALARM_PER_DAY:g} per prover per day; responses of "
         f"{MIN_LENGTH}-{MAX_LENGTH} tokens (log-uniform), one update each"
     )
     for c in commitments:
-        t = c.test
+        t, tails = c.test, c.tails
+        clusters = ", ".join(
+            f"{lv:g}: {n}" for lv, n in zip(tails.levels, tails.clusters or (), strict=True)
+        )
         levels = ", ".join(
-            f"m > {lv:g}: {n}" for lv, n in zip(t.levels, t.calibration_counts, strict=True)
+            f"m > {lv:g} per {u}: {n} of {big_n:,}"
+            for lv, u, n, big_n in zip(
+                t.levels, t.units, t.calibration_counts, t.calibration_units, strict=True
+            )
         )
         print(
-            f"# {c.model} {c.dtype}: calibrated on {c.tails.tokens:,} honest tokens in "
-            f"{c.tails.responses} responses ({c.tails.clustered} with a cluster), delta_max "
-            f"{t.delta_max:.3g}; per {t.unit}, of {t.calibration_units:,} exceeding {levels}"
+            f"# {c.model} {c.dtype}: calibrated on {tails.tokens:,} honest tokens in "
+            f"{tails.responses} responses (responses with a cluster above {clusters}), "
+            f"delta_max {t.delta_max:.3g}; {levels}"
         )
-    alarm_tokens = dishonest_table(dishonest, tests, provers, rng)
+    alarm_tokens = dishonest_table(dishonest, by_commitment, provers, rng)
     false_alarms, pooled = honest_table(commitments, honest_tokens, rng)
     null_table(null_provers, rng)
 
     claims = list(dict.fromkeys(dtype for _, dtype, _ in alarm_tokens))
     for dtype in claims:
         slowest = max((k for k in alarm_tokens if k[1] == dtype), key=lambda k: alarm_tokens[k][1])
-        test = tests[(slowest[0], dtype)]
-        p99_spread_table(slowest, dishonest[slowest], test, provers, rng)
-        commitment = next(c for c in commitments if (c.model, c.dtype) == (slowest[0], dtype))
+        commitment = by_commitment[(slowest[0], dtype)]
+        p99_spread_table(slowest, dishonest[slowest], commitment.test, provers, rng)
         calibration_size_table(slowest, dishonest[slowest], commitment, LARGE * provers, rng)
 
     worst = max(alarm_tokens, key=lambda k: alarm_tokens[k][0])
