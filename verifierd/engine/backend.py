@@ -87,7 +87,13 @@ from verifierd.difr import (
 )
 from verifierd.engine.evidence_scoring import EvidenceResolver, PassInput, Resolution
 from verifierd.engine.grammar import server_params
-from verifierd.engine.logprob_check import PassRows, check_logprobs, logprobs_spec
+from verifierd.engine.logprob_check import (
+    EchoedPrompt,
+    PassRows,
+    check_logprobs,
+    echoed_prompt_spec,
+    logprobs_spec,
+)
 from verifierd.engine.logprob_rows import LogprobRows, LogprobsSpec
 from verifierd.engine.placement import cpu_thread_binding
 from verifierd.engine.scoring_job import JobOutcome, JobSpec
@@ -191,7 +197,8 @@ class ScoreResult:
     #: were found from the text (False: claimed and checked, or given).
     restarts: int = 0
     searched: bool = False
-    #: The ids scored (evidence requests: the rendered prompt, the checked or found output).
+    #: The ids scored (evidence requests: the rendered prompt, the checked or found
+    #: output, and the token an ``echo`` with ``max_tokens: 0`` samples unseen).
     prompt_tokens: int = 0
     output_tokens: int = 0
     #: The output ids the search found (empty unless ``searched``).
@@ -401,6 +408,10 @@ class EngineBackend:
             if res is None or (res.margins is None and res.finding is None)
         ]
         outcomes = dict(zip((p.index for p in plain), run(plain), strict=True))
+        echoed = self._echoed_prompts(requests, resolutions, profile_name, chunk_rows)
+        for i, (_, job) in echoed.items():
+            scoring_ns[i] = scoring_ns.get(i, 0) + job.scoring_ns
+            logits_ns[i] = logits_ns.get(i, 0) + job.logits_ns
         engine_ns = max(0, time.perf_counter_ns() - t0 - sum(scoring_ns.values()))
         total_tokens = max(1, sum(len(a) + len(b) for a, b in ids))
         results = []
@@ -414,7 +425,13 @@ class EngineBackend:
             finding = None if res is None else res.finding
             logprobs = None
             if finding is None and r.evidence is not None:
-                checked = check_logprobs(r, output, pass_rows.get(i, ()), self._llm.get_tokenizer())
+                checked = check_logprobs(
+                    r,
+                    output,
+                    pass_rows.get(i, ()),
+                    self._llm.get_tokenizer(),
+                    echoed[i][0] if i in echoed else None,
+                )
                 if isinstance(checked, Finding):
                     finding = checked
                 else:
@@ -430,12 +447,61 @@ class EngineBackend:
                     restarts=0 if res is None else res.restarts,
                     searched=res is not None and res.searched,
                     prompt_tokens=len(prompt),
-                    output_tokens=len(output),
+                    output_tokens=len(output) + (0 if res is None else res.unseen),
                     found_ids=output if res is not None and res.searched else (),
                     logprobs=logprobs,
                 )
             )
         return results
+
+    def _echoed_prompts(
+        self,
+        requests: Sequence[ScoreRequest],
+        resolutions: Sequence[Resolution | None],
+        profile_name: str,
+        chunk_rows: int,
+    ) -> dict[int, tuple[EchoedPrompt, JobOutcome]]:
+        """The verifier's rows of each echoed prompt whose logprobs a response states,
+        by request index: one engine call, each prompt prefilled alone as a greedy job
+        that scores the prompt's own tokens (its margins unused), cache reads off so
+        that every position is computed."""
+        wanted = [
+            (i, res.prompt, top, spec)
+            for i, (r, res) in enumerate(zip(requests, resolutions, strict=True))
+            if res is not None
+            and res.finding is None
+            and (top := res.echoed_top) is not None
+            and (spec := echoed_prompt_spec(r)) is not None
+        ]
+        if not wanted:
+            return {}
+        specs = [
+            JobSpec(
+                job_id=f"j{next(self._job_ids)}",
+                prompt_len=1,
+                n_out=len(prompt) - 1,
+                sampling=SamplingSettings(temperature=0.0),
+                profile=profile_name,
+                chunk_rows=chunk_rows,
+            )
+            for _, prompt, _, _ in wanted
+        ]
+        self.engine_calls += 1
+        self.passes += len(specs)
+        self.rows_scored += sum(s.n_out for s in specs)
+        outcomes = self._run_jobs(
+            [prompt for _, prompt, _, _ in wanted],
+            specs,
+            [spec for _, _, _, spec in wanted],
+            skip_cache=True,
+        )
+        failed = [o for o in outcomes if o.error]
+        if failed:
+            raise EngineBackendError(f"scoring an echoed prompt failed: {failed[0].error}")
+        return {
+            i: (EchoedPrompt(prompt, top, self._logprob_rows.pop(o.job_id)), o)
+            for (i, prompt, top, _), o in zip(wanted, outcomes, strict=True)
+        }
 
     def _run_passes(
         self,

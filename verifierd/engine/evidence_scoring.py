@@ -27,6 +27,14 @@ that reads so (`verifierd.evidence.output_parsing`) and keeps the one the
 sampler explains best. ``tool_calls`` is a ``stop`` (or, not streamed, a
 ``length``) of the engine.
 
+With ``echo`` the prompt vLLM's server echoes is split off the received text
+first (`verifierd.evidence.echo`). A completions ``echo`` with ``max_tokens: 0``
+shows nothing sampled: the text must be the echo alone and nothing is scored
+(the one token vLLM samples unseen is counted, its finish reason not checked);
+the choice rests on its prompt's logprobs (`verifierd.engine.logprob_check`;
+without ``logprobs`` in the request it is not rendered, without them in the
+response it is ``tokens_unavailable``).
+
 A request whose evidence contradicts a claim gets a FAIL finding and is not
 scored; one the engine cannot render or search gets an UNVERIFIABLE finding.
 """
@@ -84,6 +92,12 @@ class Resolution:
     margins: npt.NDArray[np.float64] | None = None
     restarts: int = 0
     searched: bool = False
+    #: The top entries per echoed prompt token heading the choice's logprobs claim
+    #: (None: no echoed prompt in it; `vllm_views.RenderedRequest.echoed_top`).
+    echoed_top: int | None = None
+    #: Output tokens the engine sampled that the client was not shown (``echo`` with
+    #: ``max_tokens: 0``: one), so not scored.
+    unseen: int = 0
 
 
 #: Scores passes in one engine call, results in order.
@@ -158,6 +172,9 @@ class EvidenceResolver:
                 out[i] = sampled
                 continue
             outputs[i] = sampled
+            if not prepared.rendered.shows_output:
+                out[i] = _prompt_only(sampled, prepared)
+                continue
             if sampled.claimed_output_ids is not None:
                 out[i] = self._checked(sampled, prepared, sampled.claimed_output_ids)
                 continue
@@ -391,7 +408,33 @@ class EvidenceResolver:
             if at is not None:
                 detail = describe_violation(tokenizer, output, at)
                 finding = Finding(Reason.GRAMMAR_VIOLATION, detail)
-        return Resolution(ctx.prompt, output, finding, margins, restarts, searched)
+        return Resolution(
+            ctx.prompt,
+            output,
+            finding,
+            margins,
+            restarts,
+            searched,
+            echoed_top=ctx.rendered.echoed_top,
+        )
+
+
+def _prompt_only(ev: ChoiceEvidence, ctx: _Context) -> Resolution:
+    """A choice that shows only its echoed prompt (``max_tokens: 0``): nothing to score,
+    the one token vLLM sampled unseen (its finish reason and any claimed ids are about
+    it: not checked); the prompt's logprobs, when stated, are checked after scoring."""
+    if ev.text:
+        detail = (
+            f"{len(ev.text)} characters after the echoed prompt, but max_tokens 0 "
+            "shows nothing sampled"
+        )
+        return Resolution(ctx.prompt, (), Finding(Reason.TOKEN_TEXT_MISMATCH, detail))
+    if ev.claimed_logprobs is None:
+        detail = "max_tokens 0 and the response states no logprobs: nothing of the model shown"
+        return Resolution(ctx.prompt, (), Finding(Reason.TOKENS_UNAVAILABLE, detail))
+    return Resolution(
+        ctx.prompt, (), margins=np.zeros(0), echoed_top=ctx.rendered.echoed_top, unseen=1
+    )
 
 
 def _without_echo(ev: ChoiceEvidence, ctx: _Context) -> ChoiceEvidence | Resolution:

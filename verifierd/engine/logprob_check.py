@@ -9,6 +9,19 @@ vLLM's own (``convert_ids_list_to_tokens``, what its server puts in ``token``).
 The values are the committed ``--logprobs-mode``'s, derived from the recorded
 rows (`verifierd.engine.logprobs_modes`); where the mode cannot be replayed for
 the request, only the claim's shape is checked.
+
+A completions claim with ``echo`` begins with the echoed prompt's entries
+(`verifierd.evidence.logprobs.split_echoed`). Their names must be the rendered
+prompt's as vLLM names them (its first token ``tokenizer.decode`` of the id,
+the others as output tokens are named), else ``prompt_mismatch``; their values
+are compared with the rows of a pass over the prompt alone (`echoed_prompt_spec`),
+which vLLM computes for ``prompt_logprobs`` in every mode without the sampler's
+processing (vllm/v1/worker/gpu_model_runner.py ``_get_prompt_logprobs_dict``:
+``raw_logits`` and ``processed_logits`` give the logits in float32, the
+logprobs modes their float32 ``log_softmax``), so whatever the request's
+sampling and adjustments. The prompt's deviations join the output's in one
+statistic, judged against the same calibrated tolerance: they come from the
+same logits rows of the same prefill arithmetic as the output's raw values.
 """
 
 from __future__ import annotations
@@ -16,6 +29,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
@@ -30,12 +44,15 @@ from verifierd.evidence.logprobs import (
     FLOOR,
     MAX_TOP,
     ClaimedPosition,
+    LogprobsClaim,
     LogprobsComparison,
     RankedToken,
     ShapeMismatch,
     VerifiedPosition,
     check_shape,
     compare,
+    echoed_spelling,
+    split_echoed,
     top_count,
     verified_name,
 )
@@ -79,19 +96,104 @@ def logprobs_spec(choice: ScoredChoice) -> LogprobsSpec | None:
     return None if replay is None else replay.spec()
 
 
+@dataclass(frozen=True)
+class EchoedPrompt:
+    """The echoed prompt heading a choice's logprobs claim, and the verifier's rows of it."""
+
+    ids: tuple[int, ...]
+    #: Top entries per prompt token the claim may show.
+    top: int
+    #: The prompt pass's rows (positions predicting tokens 1 onwards).
+    rows: LogprobRows
+
+
+def echoed_prompt_spec(choice: ScoredChoice) -> LogprobsSpec | None:
+    """What a pass over the echoed prompt records for this choice: the mode's raw
+    values (the prompt is not processed), at least the claim's top entries and the
+    prompt's own token; None when the response states no logprobs."""
+    evidence = choice.evidence
+    if evidence is None or evidence.claimed_logprobs is None:
+        return None
+    recorded = "raw_logits" if choice.logprobs_mode.endswith("_logits") else "raw_logprobs"
+    return LogprobsSpec(min(MAX_TOP, _requested_top(evidence)) + 1, recorded)
+
+
 def check_logprobs(
     choice: ScoredChoice,
     output: Sequence[int],
     passes: Sequence[PassRows],
     tokenizer: Any,
+    echoed: EchoedPrompt | None = None,
 ) -> LogprobsComparison | Finding | None:
     """The comparison of the choice's claim with the verifier's values; only its shape
     where the rows do not give them (a mode not replayed for the request, an output
-    position no pass covered): then None when it holds."""
+    position no pass covered): then None when it holds. With ``echoed`` the claim's
+    echoed prompt is split off first and checked (module docstring)."""
     evidence = choice.evidence
     claim = None if evidence is None else evidence.claimed_logprobs
     if evidence is None or claim is None:
         return None
+    prompt_compared = None
+    if echoed is not None:
+        split = _echoed(claim, echoed, tokenizer)
+        if isinstance(split, Finding):
+            return split
+        prompt_compared, claim = split
+    checked = _check_output(
+        choice, evidence, claim, output=output, passes=passes, tokenizer=tokenizer
+    )
+    if prompt_compared is None or isinstance(checked, Finding):
+        return checked
+    if checked is None:
+        # The output's values were not replayed: its deviations are unknown, not 0.
+        return prompt_compared
+    return checked.after_prompt(prompt_compared)
+
+
+def _echoed(
+    claim: LogprobsClaim, echoed: EchoedPrompt, tokenizer: Any
+) -> tuple[LogprobsComparison, LogprobsClaim] | Finding:
+    """The echoed prompt's comparison and the output's claim, or a FAIL."""
+    from vllm.tokenizers.detokenizer_utils import convert_ids_list_to_tokens
+
+    split = split_echoed(claim, len(echoed.ids))
+    if isinstance(split, ShapeMismatch):
+        return Finding(Reason.LOGPROBS_MISMATCH, split.detail)
+    rows, later = echoed.rows, len(echoed.ids) - 1
+    if len(rows.sampled) != later:
+        detail = f"{len(rows.sampled)} rows recomputed for the prompt's {later} later tokens"
+        return Finding(Reason.TOKENS_UNAVAILABLE, detail)
+    ids = [*echoed.ids[1:], *(int(t) for r in range(later) for t in rows.top_ids[r])]
+    names = [verified_name(n) for n in convert_ids_list_to_tokens(tokenizer, ids)]
+    own = [tokenizer.decode(echoed.ids[0]), *names[:later]]
+    misspelt = echoed_spelling(split, own)
+    if misspelt is not None:
+        return Finding(Reason.PROMPT_MISMATCH, misspelt)
+    tops = iter(names[later:])
+    verified = [
+        VerifiedPosition(
+            sampled,
+            float(rows.sampled[r]),
+            tuple(RankedToken(next(tops), float(v)) for v in rows.top_values[r]),
+        )
+        for r, sampled in enumerate(own[1:])
+    ]
+    compared = compare(split.prompt, verified, chat=False, requested_top=echoed.top)
+    if isinstance(compared, ShapeMismatch):
+        return Finding(Reason.LOGPROBS_MISMATCH, f"echoed prompt: {compared.detail}")
+    return compared, split.output
+
+
+def _check_output(
+    choice: ScoredChoice,
+    evidence: ChoiceEvidence,
+    claim: LogprobsClaim,
+    *,
+    output: Sequence[int],
+    passes: Sequence[PassRows],
+    tokenizer: Any,
+) -> LogprobsComparison | Finding | None:
+    """`check_logprobs` of the output's claim."""
     from vllm.tokenizers.detokenizer_utils import convert_ids_list_to_tokens
 
     chat, requested = evidence.dialect == CHAT, _requested_top(evidence)
@@ -154,7 +256,10 @@ def _verified(
     lo, hi = reading.normalisers(r)
     norm = lo
     if lo != hi:
-        offsets = [] if scored is None or not np.isfinite(scored) else [scored - claimed.logprob]
+        stated = claimed.logprob
+        offsets = (
+            [] if scored is None or stated is None or not np.isfinite(scored) else [scored - stated]
+        )
         mine = {n: v for n, v, m in zip(top_names, top, maybe, strict=True) if not m}
         offsets += [
             mine[t.token] - t.logprob

@@ -26,6 +26,13 @@ ways (pure code: values in, findings out):
   largest deviation; the commitment's calibrated ``logprobs_tolerance`` decides
   it (`LogprobsComparison.over`).
 
+With ``echo`` a completions claim begins with the echoed prompt's entries, as
+vLLM's server joins its prompt logprobs and the output's (`split_echoed`): the
+prompt's first token is named (``tokenizer.decode`` of its id) with no value
+and no top entries, each later prompt token has an entry like an output token's,
+its top entries the request's ``prompt_logprobs`` (default ``logprobs``) best
+tokens of that prompt position.
+
 vLLM clamps every value at -9999 (its stand-in for -inf); the verifier's values
 are clamped the same way. A token whose own decoding ends in U+FFFD (an
 unfinished UTF-8 sequence) is renamed by vLLM from its context: its name is not
@@ -74,7 +81,8 @@ class ClaimedPosition:
     """One output token's entry as the prover states it."""
 
     token: str
-    logprob: float
+    #: None: the entry states no value (vLLM's for the echoed prompt's first token).
+    logprob: float | None
     #: Chat only: the UTF-8 bytes the entry claims for ``token`` (None when absent).
     token_bytes: tuple[int, ...] | None
     top: tuple[TopEntry, ...]
@@ -249,9 +257,11 @@ def _completions_part(part: object) -> Iterator[ClaimedPosition]:
             top = {}
         if not isinstance(top, dict):
             raise LogprobsClaimError(f"top_logprobs[{i}] is not an object")
+        if values[i] is None and top:
+            raise LogprobsClaimError(f"token_logprobs[{i}] is null beside top_logprobs")
         yield ClaimedPosition(
             token=_text(token, f"tokens[{i}]"),
-            logprob=_number(values[i], f"token_logprobs[{i}]"),
+            logprob=None if values[i] is None else _number(values[i], f"token_logprobs[{i}]"),
             token_bytes=None,
             top=tuple(
                 TopEntry(k, _number(v, f"top_logprobs[{i}][{k!r:.20}]")) for k, v in top.items()
@@ -267,12 +277,16 @@ def verified_name(decoded: str) -> str | None:
 
 @dataclass(frozen=True)
 class LogprobsComparison:
-    """Per output position: the deviation, and the token and both values where it is largest."""
+    """Per compared position: the deviation, and the token and both values where it is
+    largest. The echoed prompt's positions (its tokens 1 onwards, `split_echoed`) come
+    first when there are any, then the output's."""
 
     deviations: tuple[float, ...]
     tokens: tuple[str, ...]
     claimed: tuple[float, ...]
     verified: tuple[float, ...]
+    #: How many of the positions are the echoed prompt's (its tokens 1, 2, ...).
+    prompt_positions: int = 0
 
     @property
     def largest(self) -> float:
@@ -282,12 +296,71 @@ class LogprobsComparison:
         """The evidence of the first position whose deviation exceeds ``tolerance``."""
         for i, deviation in enumerate(self.deviations):
             if deviation > tolerance:
+                where = (
+                    f"echoed prompt token {i + 1}"
+                    if i < self.prompt_positions
+                    else f"output position {i - self.prompt_positions}"
+                )
                 return (
-                    f"logprobs differ at output position {i} by {deviation:.6g} "
+                    f"logprobs differ at {where} by {deviation:.6g} "
                     f"(tolerance {tolerance:.6g}): token {self.tokens[i]!r} claimed "
                     f"{self.claimed[i]:.6g}, recomputed {self.verified[i]:.6g}"
                 )
         return None
+
+    def after_prompt(self, prompt: LogprobsComparison) -> LogprobsComparison:
+        """This output comparison preceded by the echoed ``prompt``'s."""
+        return LogprobsComparison(
+            prompt.deviations + self.deviations,
+            prompt.tokens + self.tokens,
+            prompt.claimed + self.claimed,
+            prompt.verified + self.verified,
+            prompt_positions=len(prompt.deviations),
+        )
+
+
+@dataclass(frozen=True)
+class EchoedClaim:
+    """A completions claim split as vLLM's server joined it with ``echo``."""
+
+    #: The echoed prompt's first token: named, with no value and no top entries.
+    first: ClaimedPosition
+    #: The echoed prompt's later tokens (its tokens 1 onwards).
+    prompt: LogprobsClaim
+    output: LogprobsClaim
+
+
+def split_echoed(claim: LogprobsClaim, prompt_len: int) -> EchoedClaim | ShapeMismatch:
+    """The entries of a ``prompt_len``-token echoed prompt, then the output's."""
+    if claim.problem:
+        return ShapeMismatch(f"the response's logprobs do not read: {claim.problem}")
+    positions = claim.positions
+    if prompt_len < 1 or len(positions) < prompt_len:
+        return ShapeMismatch(
+            f"{len(positions)} logprobs entries, fewer than the {prompt_len} tokens "
+            "of the echoed prompt"
+        )
+    first = positions[0]
+    if first.logprob is not None or first.top:
+        return ShapeMismatch("the echoed prompt's first entry states a value (vLLM's has none)")
+    return EchoedClaim(
+        first,
+        LogprobsClaim(positions[1:prompt_len]),
+        LogprobsClaim(positions[prompt_len:]),
+    )
+
+
+def echoed_spelling(echoed: EchoedClaim, names: Sequence[str | None]) -> str | None:
+    """How the echoed prompt's entries name other tokens than ``names``, the rendered
+    prompt's (None where vLLM names a token from its context), or None."""
+    claimed = [echoed.first.token, *(c.token for c in echoed.prompt.positions)]
+    for i, (token, name) in enumerate(zip(claimed, names, strict=True)):
+        if name is not None and token != name:
+            return (
+                f"the logprobs of the echoed prompt name {token!r:.40} as its token {i}; "
+                f"the captured request's prompt renders {name!r:.40} there"
+            )
+    return None
 
 
 def compare(
@@ -335,6 +408,8 @@ def _shape_problem(
 ) -> str | None:
     if name is not None and c.token != name:
         return f"the entry names {c.token!r:.40}, the client's token is {name!r:.40}"
+    if c.logprob is None:
+        return "the entry states no logprob"
     if c.token_bytes is not None and c.token_bytes != tuple(c.token.encode("utf-8", "replace")):
         return f"the entry's bytes are not the UTF-8 of {c.token!r:.40}"
     n = len(c.top)
@@ -354,6 +429,9 @@ def _shape_problem(
 
 def _deviation(c: ClaimedPosition, v: VerifiedPosition) -> tuple[float, str, float, float]:
     """(deviation, token, claimed, verified) of the entry that deviates most."""
+    stated = c.logprob
+    if stated is None:
+        raise ValueError("an entry without a value is not compared (check_shape refuses it)")
     # Two tokens may share a name: a claimed value is compared with the nearest. A
     # token vLLM names from its context may carry any claimed name.
     mine: dict[str | None, list[float]] = {}
@@ -363,9 +441,9 @@ def _deviation(c: ClaimedPosition, v: VerifiedPosition) -> tuple[float, str, flo
             mine[ranked.token].append(FLOOR)
     unnamed = mine.get(None, [])
     worst = (
-        (0.0, c.token, c.logprob, math.nan)
+        (0.0, c.token, stated, math.nan)
         if v.logprob is None
-        else (abs(c.logprob - max(FLOOR, v.logprob)), c.token, c.logprob, max(FLOOR, v.logprob))
+        else (abs(stated - max(FLOOR, v.logprob)), c.token, stated, max(FLOOR, v.logprob))
     )
     listed = c.top[1:]
     if not listed:
@@ -402,3 +480,17 @@ def top_count(request: Mapping[str, object], chat: bool) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         return 0
     return max(0, value)
+
+
+def echoed_top_count(echo: bool, logprobs: int | None, prompt_logprobs: int | None) -> int | None:
+    """The top entries per echoed prompt token of a completions request with these
+    (validated) fields, None when its response's logprobs hold no echoed prompt.
+
+    vLLM computes ``prompt_logprobs`` (default ``logprobs``; -1 the whole row) best
+    tokens of each prompt position and shows at most ``logprobs`` of them."""
+    if not echo or logprobs is None:
+        return None
+    shown = max(0, logprobs)
+    if prompt_logprobs is None or prompt_logprobs == -1:
+        return shown
+    return max(0, min(shown, prompt_logprobs))

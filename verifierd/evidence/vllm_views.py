@@ -12,7 +12,9 @@ the verifier renders and detokenizes exactly as the prover's server does:
   ``chat_template_kwargs``, ``continue_final_message``, tools); its
   ``SamplingParams`` come from the request's own ``to_sampling_params``; with
   ``echo``, the text vLLM's server puts before each choice's output
-  (`RenderedRequest.echoed`, split off by `verifierd.evidence.echo`). A
+  (`RenderedRequest.echoed`, split off by `verifierd.evidence.echo`), whether
+  the choice's logprobs begin with the echoed prompt's (``echoed_top``) and
+  whether anything sampled is shown (not with ``max_tokens: 0``). A
   Responses request becomes chat messages as ``OnlineRenderer.render_responses``
   makes them (``construct_input_messages``: ``instructions`` as the system
   message, then ``input``); a Messages request becomes the chat request
@@ -44,6 +46,7 @@ from typing import TYPE_CHECKING, Any
 from verifierd.errors import VerifierdError
 from verifierd.evidence.api_claims import MESSAGES, RESPONSES
 from verifierd.evidence.client_view import CHAT, COMPLETIONS
+from verifierd.evidence.logprobs import echoed_top_count
 from verifierd.serving_flags import VLLM_DEFAULTS, ServingFlags
 
 if TYPE_CHECKING:
@@ -78,6 +81,13 @@ class RenderedRequest:
     #: With ``echo``: per prompt, the text vLLM's server puts before each choice's
     #: output (`verifierd.evidence.echo`); empty without echo.
     echoes: tuple[str, ...] = ()
+    #: Completions with ``echo`` and ``logprobs``: the top entries per echoed prompt
+    #: token at the head of the logprobs (`verifierd.evidence.logprobs.split_echoed`);
+    #: None when they hold no echoed prompt.
+    echoed_top: int | None = None
+    #: False for ``echo`` with ``max_tokens: 0``: vLLM's server samples one token and
+    #: shows only the prompt.
+    shows_output: bool = True
 
     def echoed(self, prompt_index: int) -> str:
         """The text echoed before the output of a choice of prompt ``prompt_index``."""
@@ -319,10 +329,8 @@ def _render_completion(llm: Any, request: Any) -> RenderedRequest:
     model_config = llm.llm_engine.model_config
     if request.suffix is not None or request.prompt_embeds is not None:
         raise RenderError("suffix and prompt_embeds are not replayed")
-    if request.echo and request.max_tokens == 0:
-        raise RenderError("echo without generation (max_tokens 0) shows nothing sampled")
-    if request.echo and request.logprobs is not None:
-        raise RenderError("echo with logprobs is not replayed (the prompt's logprobs lead)")
+    if request.echo and request.max_tokens == 0 and request.logprobs is None:
+        raise RenderError("echo with max_tokens 0 and no logprobs shows nothing of the model")
     parsed = [parse_model_prompt(model_config, p) for p in prompt_to_seq(request.prompt)]
     # With echo (and without return_token_ids) these ask the renderer for the prompt's text.
     inputs = llm.renderer.render_cmpl(parsed, request.build_tok_params(model_config))
@@ -331,8 +339,18 @@ def _render_completion(llm: Any, request: Any) -> RenderedRequest:
     if requested is None:
         requested = COMPLETIONS_DEFAULT_MAX_TOKENS
     params = request.to_sampling_params(_room(llm, len(prompts[0]), requested), {})
-    echoes = tuple(_completion_echo(request, e) for e in inputs) if request.echo else ()
-    return RenderedRequest(prompts, params, requested, bool(params.ignore_eos), echoes=echoes)
+    echo = bool(request.echo)
+    echoes = tuple(_completion_echo(request, e) for e in inputs) if echo else ()
+    return RenderedRequest(
+        prompts,
+        params,
+        requested,
+        bool(params.ignore_eos),
+        echoes=echoes,
+        echoed_top=echoed_top_count(echo, request.logprobs, request.prompt_logprobs),
+        # vLLM's server samples max_tokens 1 and sends the prompt alone.
+        shows_output=not (echo and requested == 0),
+    )
 
 
 def _completion_echo(request: Any, engine_input: Any) -> str:

