@@ -4,7 +4,8 @@ llhttp decodes chunked bodies but does not say how many input bytes a message
 used; this framer walks the same chunk-size lines, data and trailers to find
 the message's last byte, so pipelined messages, wire lengths and
 resynchronisation after a gap are exact. llhttp stays the judge of syntax: a
-disagreement between the two is a parse error.
+disagreement between the two is a parse error. The one chunk it is not shown is the
+common one that both read alike, checked here byte for byte (`whole_chunk`).
 
 A chunk size is 1 to 16 hex digits and nothing else (`int(x, 16)` alone would
 also take a sign, "0x", "_" and spaces: a size of -6 once made the framer
@@ -55,6 +56,27 @@ class ChunkFramer:
         self.wire_bytes = 0
         #: The body's last byte was consumed.
         self.done = False
+
+    def whole_chunk(self, data: bytes, pos: int) -> tuple[int, int] | None:
+        """Consume one whole chunk as servers send it (`SIZE` CRLF, the data, CRLF) when one
+        begins at `pos`, where a chunk-size line is due; returns where its data lies.
+
+        None, consuming nothing, for anything else (a last chunk, an extension, a chunk
+        that goes on in later bytes, data not followed by CRLF): `advance` takes those.
+        Such a chunk is one llhttp reads alike from where a chunk-size line is due, so the
+        reader need not hand it to llhttp (see `MessageReader._feed_chunked`).
+        """
+        if self._state != _SIZE or self._line:
+            return None
+        plain = _PLAIN_SIZE_LINE(data, pos)
+        if plain is None:
+            return None
+        start = plain.end()
+        stop = start + int(plain[1], 16)
+        if stop == start or data[stop : stop + 2] != b"\r\n":
+            return None
+        self.wire_bytes += stop + 2 - pos
+        return start, stop
 
     def advance(self, data: bytes, pos: int) -> int:
         """Consume from `pos`; returns the position after the last byte that belongs to the body."""

@@ -427,8 +427,18 @@ class MessageReader(ABC):
         parser = self._parser
         assert msg is not None and parser is not None
         msg.last_ts = ts
+        framer = self._framer
+        chunk = framer.whole_chunk(data, pos)
+        if chunk is not None:
+            # Every byte before was framed alike by both and accepted by llhttp, which is
+            # therefore where a chunk-size line is due, and leaves this chunk there again:
+            # its data goes on without the parser's pass and callback (the common segment).
+            start, stop = chunk
+            msg.wire += stop + 2 - pos
+            self._body(data[start:stop], ts)
+            return stop + 2
         try:
-            end = self._framer.advance(data, pos)
+            end = framer.advance(data, pos)
         except ChunkFramingError as exc:
             msg.problems.append(Problem(ProblemKind.PARSE_ERROR, str(exc)))
             self._finish()
@@ -444,7 +454,7 @@ class MessageReader(ABC):
             self._unsync()
             return end
         self._take_chunk_data(ts)
-        if self._framer.done:
+        if framer.done:
             if not msg.parsed:
                 msg.problems.append(
                     Problem(ProblemKind.PARSE_ERROR, "chunked body ended where llhttp did not")

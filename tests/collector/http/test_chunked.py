@@ -195,3 +195,52 @@ def test_trailer_lines_end_at_the_first_blank_line_however_split(
         assert not framer.done and expected is None
     else:
         assert framer.done and consumed == framer.wire_bytes == len(head) + expected
+
+
+@settings(max_examples=300, deadline=None)
+@given(_CHUNKY, st.lists(st.integers(0, 60), max_size=5))
+def test_whole_chunks_taken_apart_leave_the_framer_where_advance_does(
+    data: bytes, cuts: list[int]
+) -> None:
+    """The reader's fast path (`whole_chunk` first, `advance` for the rest) frames any
+    bytes, however split, as `advance` alone does, and finds each chunk's data."""
+    alone, mixed = ChunkFramer(), ChunkFramer()
+    for piece in _split(data, cuts):
+        try:
+            expected = alone.advance(piece, 0)
+        except ChunkFramingError:
+            expected = -1
+        pos = 0
+        try:
+            while pos < len(piece) and not mixed.done:
+                chunk = mixed.whole_chunk(piece, pos)
+                if chunk is None:
+                    pos = mixed.advance(piece, pos)
+                    break
+                start, stop = chunk
+                assert int(piece[pos : start - 2], 16) == stop - start
+                assert piece[stop : stop + 2] == b"\r\n"
+                pos = stop + 2
+        except ChunkFramingError:
+            pos = -1
+        assert pos == expected
+        if expected < 0:
+            return
+        assert (mixed.done, mixed.wire_bytes) == (alone.done, alone.wire_bytes)
+
+
+def test_only_a_plain_whole_chunk_is_taken_whole() -> None:
+    assert ChunkFramer().whole_chunk(b"xx5\r\nhello\r\n", 2) == (5, 10)
+    for data in (
+        b"5\r\nhelloX\r\n",  # the data is not followed by CRLF: llhttp judges it
+        b"5\r\nhello\r",  # the chunk goes on in the next bytes
+        b"5;e=1\r\nhello\r\n",  # an extension
+        b"0\r\n\r\n",  # the last chunk
+        b"5\nhello\r\n",  # a bare LF
+    ):
+        framer = ChunkFramer()
+        assert framer.whole_chunk(data, 0) is None
+        assert framer.wire_bytes == 0
+    framer = ChunkFramer()
+    framer.advance(b"5\r\nhel", 0)  # inside a chunk's data, no chunk-size line is due
+    assert framer.whole_chunk(b"5\r\nhello\r\n", 0) is None

@@ -373,6 +373,22 @@ def test_a_negative_chunk_size_is_a_parse_error_and_capture_goes_on() -> None:
     assert second is not None and second.body == b"two" and not second.problems
 
 
+def test_chunk_data_without_its_crlf_is_a_parse_error_after_whole_chunks() -> None:
+    """Whole chunks skip llhttp (`ChunkFramer.whole_chunk`); one whose data runs on past
+    its size still reaches it and is refused, and what came before is kept."""
+    h = Harness()
+    h.send(C, req(b"1"))
+    h.send(S, b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+    h.send(S, b"3\r\nabc\r\n")
+    h.send(S, b"3\r\ndefXY\r\n0\r\n\r\n")
+    h.send(C, req(b"2"))
+    h.send(S, resp(b"two"))
+    first, second = (e.response for e in h.close())
+    assert first is not None and first.problems[0].kind is ProblemKind.PARSE_ERROR
+    assert first.body.startswith(b"abc")
+    assert second is not None and second.body == b"two" and not second.problems
+
+
 def test_every_content_encoding_line_is_applied_in_order() -> None:
     payload = b'{"x": "' + b"y" * 500 + b'"}'
     h = Harness()
