@@ -37,11 +37,13 @@ from veritap.v1 import record_pb2
 
 from collector.dialects.json_values import (
     ESCAPED_SURROGATE,
+    SHORT_TEXT,
     JsonError,
     canonical_json,
     has_lone_surrogate,
     keys_sorted_everywhere,
     load,
+    load_short_text,
     proto_text,
 )
 from collector.dialects.sdk_sse import ClientEvent, SdkStream, sdk_events, simple_stream
@@ -219,7 +221,7 @@ def stream_data(
         if text.startswith(_DONE):
             break
         try:
-            data = load(text)
+            data = load_short_text(text) if len(text) <= SHORT_TEXT else load(text)
         except JsonError:
             problems.append(f"SSE event {position} is not JSON (the SDK raises there)")
             break
@@ -387,7 +389,14 @@ def read_document(
 
 
 class ChoicesDialect(Dialect):
-    """A dialect whose responses carry `choices`: chat and completions."""
+    """A dialect whose responses carry `choices`: chat and completions.
+
+    A streamed choice chunk adds the string at `delta_text_key` of its object at
+    `delta_key` (None: of the choice itself); anything else there adds no text.
+    """
+
+    delta_key: str | None
+    delta_text_key: str
 
     def _extras(self, budget: ToolCallBudget, problems: list[str]) -> ChoiceExtras | None:
         """A reader of what this dialect's choices carry beyond their text (none by default)."""
@@ -441,7 +450,7 @@ class ChoicesDialect(Dialect):
         extras = self._extras(budget, problems)
         extras_delta = extras.delta if extras is not None else None
         bad = 0
-        delta_text = self._delta_text
+        delta_key, text_key = self.delta_key, self.delta_text_key
         has_id = False  # once the view has a response id, later chunks are not read for one
         for chunk in stream_data(response, view, problems):
             if type(chunk) is not dict:  # json makes plain dicts
@@ -464,10 +473,16 @@ class ChoicesDialect(Dialect):
                 acc = choices.get(index)
                 if acc is None:
                     acc = choices[index] = _ChoiceAccumulator()
-                text = delta_text(item)
-                if text:
-                    acc.text.append(text)
-                if extras_delta is not None:
+                holder = item if delta_key is None else item.get(delta_key)
+                text_alone = False
+                if type(holder) is dict:
+                    text = holder.get(text_key)
+                    if type(text) is str:
+                        if text:
+                            acc.text.append(text)
+                        text_alone = len(holder) == 1
+                # An object holding its text alone (chat's content delta) has nothing more.
+                if extras_delta is not None and not text_alone:
                     extras_delta(index, item)
                 ids = item.get("token_ids")
                 if type(ids) is list:
@@ -532,7 +547,3 @@ class ChoicesDialect(Dialect):
     @abstractmethod
     def _choice_text(self, choice: dict[str, object]) -> str:
         """The text of a non-streamed choice."""
-
-    @abstractmethod
-    def _delta_text(self, choice: dict[str, object]) -> str:
-        """The text a streamed choice chunk adds."""

@@ -21,6 +21,8 @@ class OpenAIChat(ChoicesDialect):
     paths = frozenset({"/v1/chat/completions"})
     response_objects = frozenset({"chat.completion", "chat.completion.chunk"})
     prompt_key = "messages"
+    delta_key = "delta"
+    delta_text_key = "content"
 
     def _extras(self, budget: ToolCallBudget, problems: list[str]) -> ChoiceExtras:
         return ChatExtras(budget, problems)
@@ -29,14 +31,6 @@ class OpenAIChat(ChoicesDialect):
         message = choice.get("message")
         if isinstance(message, dict):
             content = message.get("content")
-            if isinstance(content, str):
-                return content
-        return ""
-
-    def _delta_text(self, choice: dict[str, object]) -> str:
-        delta = choice.get("delta")
-        if isinstance(delta, dict):
-            content = delta.get("content")
             if isinstance(content, str):
                 return content
         return ""

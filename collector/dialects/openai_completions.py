@@ -16,10 +16,9 @@ class OpenAICompletions(ChoicesDialect):
     paths = frozenset({"/v1/completions"})
     response_objects = frozenset({"text_completion"})
     prompt_key = "prompt"
+    delta_key = None
+    delta_text_key = "text"
 
     def _choice_text(self, choice: dict[str, object]) -> str:
         text = choice.get("text")
         return text if isinstance(text, str) else ""
-
-    def _delta_text(self, choice: dict[str, object]) -> str:
-        return self._choice_text(choice)

@@ -83,10 +83,22 @@ class SseParser:
             and data[-2:] == b"\n\n"
             and data.count(b"\n") == 2
             and _CR not in data
-            and not self._bom
-            and not (self._partial or self._data or self._event or self._resync)
-            and not (self._after_cr or self._overlong or self._dropping)
             and len(data) - 2 <= self._max_line
+            # Nothing is pending: every piece so far took this path (a gap ends `simple`),
+            # or the general path left nothing behind.
+            and (
+                self.simple
+                or not (
+                    self._bom
+                    or self._partial
+                    or self._data
+                    or self._event
+                    or self._resync
+                    or self._after_cr
+                    or self._overlong
+                    or self._dropping
+                )
+            )
         ):
             # The common piece, one event of one data line, as the general path and
             # `_dispatch` read it (nothing is pending, so no event name and no drop).

@@ -1,4 +1,5 @@
-"""`load`: what `json.loads` gives, or `JsonError` wherever it raises, on any text."""
+"""`load` (and `load_short_text`, the SSE chunks' shortcut for short text): what
+`json.loads` gives, or `JsonError` wherever it raises, on any text."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import json
 import math
 import struct
 import sys
+from collections.abc import Callable
 
 import msgspec
 import pytest
@@ -13,7 +15,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from collector.dialects import json_values
-from collector.dialects.json_values import MAX_FAST_NESTING, JsonError, load
+from collector.dialects.json_values import (
+    MAX_FAST_NESTING,
+    SHORT_TEXT,
+    JsonError,
+    load,
+    load_short_text,
+)
 from tests.cpu_bound import budget, cpu_bound
 
 _JSONISH = st.lists(
@@ -24,15 +32,17 @@ _JSONISH = st.lists(
 ).map("".join)
 
 
-def _load_beside_json_loads(text: str) -> tuple[object, object]:
-    """(`load`'s value or JsonError, `json.loads`'s value or its error as a JsonError)."""
+def _load_beside_json_loads(
+    text: str, loader: Callable[[str], object] = load
+) -> tuple[object, object]:
+    """(`loader`'s value or JsonError, `json.loads`'s value or its error as a JsonError)."""
     try:
         expected: object = json.loads(text)
     except (ValueError, RecursionError) as exc:
         expected = JsonError(str(exc))
     with cpu_bound(budget(len(text))):
         try:
-            got: object = load(text)
+            got: object = loader(text)
         except JsonError as exc:
             got = exc
     return got, expected
@@ -201,11 +211,13 @@ def test_msgspec_decodes_text_only_where_json_loads_gives_the_same_value(text: s
 @settings(max_examples=1000, deadline=None)
 @given(_JSON_TEXTS)
 def test_load_gives_json_loads_value_exactly(text: str) -> None:
-    got, expected = _load_beside_json_loads(text)
-    if isinstance(expected, JsonError):
-        assert isinstance(got, JsonError) and str(got) == str(expected)
-    else:
-        assert _same(got, expected), text
+    loaders = [load, load_short_text] if len(text) <= SHORT_TEXT else [load]
+    for loader in loaders:
+        got, expected = _load_beside_json_loads(text, loader)
+        if isinstance(expected, JsonError):
+            assert isinstance(got, JsonError) and str(got) == str(expected)
+        else:
+            assert _same(got, expected), (loader.__name__, text)
 
 
 def test_text_that_might_nest_deep_is_left_to_json_loads(monkeypatch: pytest.MonkeyPatch) -> None:
