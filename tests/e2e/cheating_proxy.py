@@ -72,6 +72,11 @@ class Cheat(StrEnum):
     #: Every stated logprob multiplied by LOGPROBS_SCALE: the sampled token, the top
     #: token and the rank order are the server's, only the values another model's.
     RESCALED_LOGPROBS = "rescaled-logprobs"
+    #: A completions ``echo`` answer's logprobs of the echoed prompt (the entries whose
+    #: ``text_offset`` lies inside the request's prompt string) multiplied by
+    #: LOGPROBS_SCALE, the output's left as the server stated them: another model's
+    #: scores of the prompt, as a cheaper model would give an evaluation harness.
+    RESCALED_PROMPT_LOGPROBS = "rescaled-prompt-logprobs"
 
 
 def cheat_request(cheat: Cheat | None, body: dict[str, Any]) -> dict[str, Any]:
@@ -93,9 +98,12 @@ def cheat_request(cheat: Cheat | None, body: dict[str, Any]) -> dict[str, Any]:
     return forwarded
 
 
-def cheat_answer(cheat: Cheat | None, answer: dict[str, Any], n: int) -> dict[str, Any]:
+def cheat_answer(
+    cheat: Cheat | None, answer: dict[str, Any], n: int, echoed: int = 0
+) -> dict[str, Any]:
     """The answer (or streamed chunk) the client receives instead of the server's
-    ``answer`` to a request for ``n`` choices."""
+    ``answer`` to a request for ``n`` choices whose echoed prompt is ``echoed``
+    characters long."""
     for choice in answer.get("choices") or []:
         if cheat is Cheat.TRUNCATE_AS_STOP and choice.get("finish_reason") is not None:
             choice["finish_reason"], choice["stop_reason"] = "stop", None
@@ -107,6 +115,8 @@ def cheat_answer(cheat: Cheat | None, answer: dict[str, Any], n: int) -> dict[st
             _restate_logprobs(choice["logprobs"], lambda v: v - LOGPROBS_SHIFT)
         elif cheat is Cheat.RESCALED_LOGPROBS and choice.get("logprobs"):
             _restate_logprobs(choice["logprobs"], lambda v: v * LOGPROBS_SCALE)
+        elif cheat is Cheat.RESCALED_PROMPT_LOGPROBS and choice.get("logprobs"):
+            _restate_echoed(choice["logprobs"], echoed, lambda v: v * LOGPROBS_SCALE)
         elif cheat is Cheat.UNASKED_IDS:
             if "message" in choice:
                 choice["message"]["content"] = (choice["message"]["content"] or "") + EDIT
@@ -203,12 +213,35 @@ def _restate_logprobs(logprobs: dict[str, Any], restate: Callable[[float], float
             top[token] = restate(top[token])
 
 
-def cheat_event(cheat: Cheat | None, line: bytes, n: int) -> bytes:
+def _restate_echoed(
+    logprobs: dict[str, Any], echoed: int, restate: Callable[[float], float]
+) -> None:
+    """The values of a completions logprobs object's entries that lie inside the first
+    ``echoed`` characters restated."""
+    offsets = logprobs.get("text_offset") or []
+    values = logprobs.get("token_logprobs") or []
+    tops = logprobs.get("top_logprobs") or [None] * len(values)
+    for i, (offset, value, top) in enumerate(zip(offsets, values, tops, strict=True)):
+        if offset >= echoed:
+            break
+        if value is not None:
+            values[i] = restate(value)
+        for token in top or {}:
+            top[token] = restate(top[token])
+
+
+def echoed_chars(body: dict[str, Any]) -> int:
+    """How many characters of the answer a completions request's ``echo`` puts first."""
+    prompt = body.get("prompt")
+    return len(prompt) if body.get("echo") and isinstance(prompt, str) else 0
+
+
+def cheat_event(cheat: Cheat | None, line: bytes, n: int, echoed: int = 0) -> bytes:
     """One line of an event stream as the client receives it: ``data:`` lines that
     hold a chunk are cheated like an answer, the rest pass unchanged."""
     if not line.startswith(b"data: {"):
         return line
-    chunk = cheat_answer(cheat, json.loads(line[len(b"data: ") :]), n)
+    chunk = cheat_answer(cheat, json.loads(line[len(b"data: ") :]), n, echoed)
     return b"data: " + json.dumps(chunk).encode() + b"\n"
 
 
@@ -263,7 +296,8 @@ class CheatingProxy(BackgroundServer):
             return status, answer
         with self._lock:
             self._last_answer = answer
-        return status, json.dumps(cheat_answer(cheat, json.loads(answer), n)).encode()
+        cheated = cheat_answer(cheat, json.loads(answer), n, echoed_chars(body))
+        return status, json.dumps(cheated).encode()
 
     def _stream(
         self, handler: BaseHTTPRequestHandler, cheat: Cheat | None, body: dict[str, Any]
@@ -277,8 +311,9 @@ class CheatingProxy(BackgroundServer):
             handler.send_header("content-type", response.getheader("content-type", ""))
             handler.send_header("transfer-encoding", "chunked")
             handler.end_headers()
+            echoed = echoed_chars(body)
             for line in response:
-                sent = cheat_event(cheat, line, n)
+                sent = cheat_event(cheat, line, n, echoed)
                 handler.wfile.write(b"%x\r\n%s\r\n" % (len(sent), sent))
             handler.wfile.write(b"0\r\n\r\n")
         finally:

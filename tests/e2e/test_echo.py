@@ -7,6 +7,13 @@ a final assistant message with vLLM's chat ``echo`` (streamed and not).
 Captured live on ``lo`` and judged by `verifierd run` after the demo's
 calibration, every answer PASSes.
 
+With ``logprobs`` (what evaluation harnesses send: ``echo``, ``logprobs``,
+``max_tokens`` 0 or 1, temperature 0; and streamed, sampled) the echoed
+prompt's logprobs lead the claim and are checked too: honest answers PASS, and
+through the cheating proxy answers whose prompt logprobs are another model's
+(rescaled, the output's left as the server stated them) FAIL
+``logprobs_mismatch`` at an echoed prompt token.
+
 Each request names its case in the standard ``user`` field. Needs root for the
 live capture.
 """
@@ -19,6 +26,7 @@ from typing import Any
 import pytest
 from openai import OpenAI
 
+from tests.e2e.cheating_proxy import CHEAT_HEADER, Cheat
 from tests.e2e.real_pipeline import LivePipeline
 from verifierd.demo.run import MODEL_NAME
 
@@ -88,3 +96,52 @@ def test_honest_echo_passes(random_pipeline: LivePipeline) -> None:
     judged = random_pipeline.wait_for(names)
     outcomes = {name: (j.status, j.reason, j.detail) for name, j in judged.items()}
     assert {n: outcomes[n][:2] for n in names} == {n: ("PASS", "") for n in names}, outcomes
+
+
+def _send_echoed_logprobs(client: OpenAI, prefix: str, headers: dict[str, str]) -> list[str]:
+    """Each echo-with-logprobs case once, named ``prefix + case``."""
+    scoring: dict[str, Any] = {
+        "model": MODEL_NAME,
+        "prompt": PROMPT,
+        "echo": True,
+        "logprobs": 2,
+        "temperature": 0,
+        "extra_headers": headers,
+    }
+    for case, max_tokens in (("loglikelihood", 1), ("loglikelihood-0", 0)):
+        answer = client.completions.create(**scoring, max_tokens=max_tokens, user=prefix + case)
+        logprobs = answer.choices[0].logprobs
+        assert logprobs is not None and logprobs.token_logprobs is not None
+        # vLLM's first prompt token has no value; the prompt's tokens come first.
+        assert logprobs.token_logprobs[0] is None
+        assert answer.choices[0].text.startswith(PROMPT)
+    streamed = client.completions.create(
+        **{**scoring, "logprobs": 1, "temperature": 0.8},
+        max_tokens=MAX_TOKENS,
+        seed=46,
+        user=prefix + "echo-logprobs-stream",
+        stream=True,
+    )
+    assert "".join(c.choices[0].text for c in streamed if c.choices).startswith(PROMPT)
+    return [prefix + name for name in ("loglikelihood", "loglikelihood-0", "echo-logprobs-stream")]
+
+
+def test_echoed_prompt_logprobs_are_checked(random_pipeline: LivePipeline) -> None:
+    with OpenAI(
+        base_url=random_pipeline.honest_url, api_key="e2e", timeout=600, max_retries=0
+    ) as c:
+        honest = _send_echoed_logprobs(c, "honest-", {})
+    with OpenAI(
+        base_url=random_pipeline.cheating_url, api_key="e2e", timeout=600, max_retries=0
+    ) as c:
+        cheats = _send_echoed_logprobs(
+            c, "rescaled-prompt-", {CHEAT_HEADER: Cheat.RESCALED_PROMPT_LOGPROBS.value}
+        )
+    judged = random_pipeline.wait_for([*honest, *cheats])
+    outcomes = {name: (j.status, j.reason, j.detail) for name, j in judged.items()}
+    assert {n: outcomes[n][:2] for n in honest} == {n: ("PASS", "") for n in honest}, outcomes
+    assert {n: outcomes[n][:2] for n in cheats} == {
+        n: ("FAIL", "logprobs_mismatch") for n in cheats
+    }, outcomes
+    for name in cheats:
+        assert "logprobs differ at echoed prompt token" in outcomes[name][2], outcomes[name]
