@@ -123,8 +123,15 @@ def test_collector_run_counts_packets_and_records_on_metrics(tmp_path: Path) -> 
         assert done.returncode == 0, done.stderr
 
         def counted(s: Samples) -> bool:
+            # Capture counters are published every stats_interval_s, records as they land:
+            # wait for both rather than race the next stats tick.
             records = s.get((f"{P}records_total", (("quality", "complete"),)), 0)
-            return records >= 3 and s.get((f"{P}flows_closed_total", (("reason", "fin"),)), 0) >= 1
+            packets = s.get((f"{P}packets_total", (("source", "lo"),)), 0)
+            return (
+                records >= 3
+                and packets >= 10
+                and s.get((f"{P}flows_closed_total", (("reason", "fin"),)), 0) >= 1
+            )
 
         samples = scrape_until(url, counted, collector)
     finally:

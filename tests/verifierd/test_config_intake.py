@@ -116,7 +116,11 @@ async def test_the_links_reconnect_with_the_configured_backoff(
         while len(_delays(caplog)) < 5:
             assert time.monotonic() < deadline, "the link did not retry five times"
             await asyncio.sleep(0.02)
-        assert intake.status()[0].state.startswith("retrying")
+        # The link alternates between "connecting" and "retrying: ..." every few ms: poll
+        # until the status shows it waiting out a delay, rather than sample it once.
+        while not intake.status()[0].state.startswith("retrying"):
+            assert time.monotonic() < deadline, intake.status()[0].state
+            await asyncio.sleep(0.002)
     finally:
         await intake.stop()
         store.close()
