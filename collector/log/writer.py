@@ -14,6 +14,9 @@ record its seq, builds its envelope, chains its hash, extends the Merkle
 frontier and, when one is due, signs a checkpoint: everything but the disk.
 The *writer* (the only thread that writes to LMDB) puts a prepared batch in
 one durable transaction, commits it and only then tells each caller its seq.
+A commit is a write step, which may fail (then nothing is durable and the batch
+is rolled back), and an acknowledge step once the disk has the batch, which
+never rolls back: the committed state advances, callers and listeners are told.
 
 The two overlap: while the writer waits for the disk, records queue up, and
 the sequencer seals the next batch as soon as it is full (`max_batch`
@@ -274,7 +277,11 @@ class GroupCommitWriter:
     def _lead(
         self, request: _Request, state: ChainState, inflight: dict[bytes, bytes], generation: int
     ) -> None:
-        """Prepare and commit `request` in the caller's thread (it claimed the writer's role)."""
+        """Prepare and commit `request` in the caller's thread (it claimed the writer's role).
+
+        What interrupts the caller's thread (KeyboardInterrupt) goes on to the caller once
+        the log's state is the disk's and the role is given back.
+        """
         try:
             prepared = self._prepare([request], state, inflight, generation, last=False)
         except BaseException as exc:
@@ -287,20 +294,25 @@ class GroupCommitWriter:
                 raise
             logger.exception("log leader failed a batch", extra={"records": len(request.ids)})
             return
-        with self._cond:
-            # What queued meanwhile may now be sealed on this batch's state.
-            self._next = prepared.state
-            self._inflight.update(prepared.ids)
-            self._preparing = False
-            self._cond.notify_all()
         try:
-            self._commit(prepared)
-        except BaseException as exc:
-            self._roll_back(prepared, exc)
+            try:
+                with self._cond:
+                    # What queued meanwhile may now be sealed on this batch's state.
+                    self._next = prepared.state
+                    self._inflight.update(prepared.ids)
+                    self._preparing = False
+                    self._cond.notify_all()
+            except BaseException as exc:
+                # Interrupted here, the batch may be published but would never be written.
+                self._roll_back(prepared, exc)
+                raise
+            interrupt = self._commit(prepared)
         finally:
             with self._cond:
-                self._writing = False
+                self._writing = self._preparing = False
                 self._cond.notify_all()
+        if interrupt is not None:
+            raise interrupt
 
     def close(self) -> None:
         """Finish what is queued, sign a last checkpoint, and stop both threads."""
@@ -514,10 +526,9 @@ class GroupCommitWriter:
                     continue
                 try:
                     self._commit(prepared)
-                except BaseException as exc:
-                    self._roll_back(prepared, exc)
-                    if not prepared.last:
-                        continue
+                except BaseException:
+                    # A listener's BaseException, say: the writer thread must live on.
+                    logger.exception("log writer failed to finish a commit")
             finally:
                 with self._cond:
                     self._writing = False
@@ -528,24 +539,79 @@ class GroupCommitWriter:
                     self._cond.notify_all()
                 return
 
-    def _commit(self, prepared: _Prepared) -> None:
+    def _commit(self, prepared: _Prepared) -> BaseException | None:
+        """Write `prepared`, then acknowledge it, or roll it back when the disk lacks it.
+
+        Returns what interrupted the write when that is no Exception (KeyboardInterrupt
+        in a leader's thread), for the leader to raise; an Exception is its callers'.
+        """
+        try:
+            if prepared.rows or prepared.checkpoint is not None:
+                self._with_growth(lambda txn: self._put(txn, prepared, prepared.state))
+        except BaseException as exc:
+            if not self._landed(prepared):
+                self._roll_back(prepared, exc)
+                return None if isinstance(exc, Exception) else exc
+            logger.warning(
+                "log write raised after its commit was durable; the batch stands",
+                extra={"entries": len(prepared.rows), "error": repr(exc)},
+            )
+            self._acknowledge(prepared)
+            return None if isinstance(exc, Exception) else exc
+        self._acknowledge(prepared)
+        return None
+
+    def _acknowledge(self, prepared: _Prepared) -> None:
+        """The disk has `prepared`: advance the committed state and tell callers and listeners.
+
+        Nothing here may turn the batch into a failed one: the stale-reader sweep that
+        follows a checkpoint is housekeeping, and a failure of it is a warning.
+        """
         state = prepared.state
-        if prepared.rows or prepared.checkpoint is not None:
-            self._with_growth(lambda txn: self._put(txn, prepared, state))
-        if prepared.checkpoint is not None:
-            self._clear_stale_readers()
-        self._committed = state
-        self._on_commit(state)
-        with self._cond:
-            for record_id, key in prepared.ids.items():
-                if self._inflight.get(record_id) == key:
-                    del self._inflight[record_id]
-        for request in prepared.requests:
-            request.done.set()
+        try:
+            self._committed = state
+            self._on_commit(state)
+            with self._cond:
+                for record_id, key in prepared.ids.items():
+                    if self._inflight.get(record_id) == key:
+                        del self._inflight[record_id]
+        finally:
+            # Their seqs are set and durable: no caller may be left waiting.
+            for request in prepared.requests:
+                request.done.set()
         if prepared.rows:
             self._tell(self.listeners, state.seq)
         if prepared.checkpoint is not None:
             self._tell(self.checkpoint_listeners, prepared.checkpoint.tree_size)
+            try:
+                self._clear_stale_readers()
+            except Exception as exc:
+                logger.warning("stale LMDB reader sweep failed", extra={"error": repr(exc)})
+
+    def _landed(self, prepared: _Prepared) -> bool:
+        """Whether a batch whose write raised is on disk all the same.
+
+        An exception may arrive after LMDB committed and before the write returned (a
+        KeyboardInterrupt in a leader's thread). The head on disk tells, or for a batch of
+        a checkpoint alone, that checkpoint. When the disk cannot be read the batch counts
+        as not stored: rolled back, a stored batch makes the next commit fail ("the head
+        is stale") until a reopen reads the disk; acknowledged, a lost one would leave a
+        gap in the chain.
+        """
+        checkpoint = prepared.checkpoint
+        if not prepared.rows and checkpoint is None:
+            return True
+        try:
+            with self._lmdb.read() as txn:
+                if prepared.rows:
+                    head = layout.pack_head(prepared.state.seq, prepared.state.hash)
+                    return txn.get(MetaKey.HEAD.value, db=self._dbs[Db.META]) == head
+                assert checkpoint is not None
+                stored = txn.get(u64(checkpoint.tree_size), db=self._dbs[Db.CHECKPOINTS])
+                return stored == checkpoint.SerializeToString()
+        except Exception:
+            logger.exception("log could not read whether a failed write was stored")
+            return False
 
     @staticmethod
     def _tell(listeners: list[CommitListener], seq: int) -> None:
