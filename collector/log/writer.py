@@ -294,22 +294,17 @@ class GroupCommitWriter:
                 raise
             logger.exception("log leader failed a batch", extra={"records": len(request.ids)})
             return
+        with self._cond:
+            # What queued meanwhile may now be sealed on this batch's state.
+            self._next = prepared.state
+            self._inflight.update(prepared.ids)
+            self._preparing = False
+            self._cond.notify_all()
         try:
-            try:
-                with self._cond:
-                    # What queued meanwhile may now be sealed on this batch's state.
-                    self._next = prepared.state
-                    self._inflight.update(prepared.ids)
-                    self._preparing = False
-                    self._cond.notify_all()
-            except BaseException as exc:
-                # Interrupted here, the batch may be published but would never be written.
-                self._roll_back(prepared, exc)
-                raise
             interrupt = self._commit(prepared)
         finally:
             with self._cond:
-                self._writing = self._preparing = False
+                self._writing = False
                 self._cond.notify_all()
         if interrupt is not None:
             raise interrupt
