@@ -860,9 +860,35 @@ def _decide(
     elif logprobs is not None:
         v.status, v.reason, v.detail = FAIL, Reason.LOGPROBS_MISMATCH.value, logprobs
     elif difr.passes(settings.threshold):
-        v.status = PASS
+        v.status, v.detail = PASS, _pass_detail(results, choice_indices, settings)
     else:
         v.status, v.reason = FAIL, Reason.SCORE_OVER_THRESHOLD.value
+
+
+def _pass_detail(
+    results: Sequence[ScoreResult], choice_indices: Sequence[int], settings: DifrSettings
+) -> str:
+    """What a PASS rests on when a choice scored no output token ("" when every choice
+    scored some): the sampler was not checked there, only the echoed prompt's stated
+    logprobs (a completions ``echo`` with ``max_tokens: 0`` shows no sampled token)."""
+    unscored = [(i, r) for i, r in zip(choice_indices, results, strict=True) if not r.difr.n_tokens]
+    if not unscored:
+        return ""
+    if len(unscored) == len(results):
+        head = "no output token was scored"
+    else:
+        named = ", ".join(str(i) for i, _ in unscored)
+        head = f"choice{'s' if len(unscored) > 1 else ''} {named} scored no output token"
+    compared = [r.logprobs for _, r in unscored if r.logprobs is not None]
+    echoed = sum(c.prompt_positions for c in compared)
+    if not echoed:
+        return f"{head}: the sampler was not verified, and no logprobs were compared"
+    largest = max(c.largest for c in compared)
+    return (
+        f"{head}: the sampler was not verified, only the stated logprobs of {echoed} echoed "
+        f"prompt tokens (largest deviation {largest:.6g}, tolerance "
+        f"{settings.logprobs_tolerance:.6g})"
+    )
 
 
 def _logprobs_problem(
