@@ -33,6 +33,13 @@ and no top entries, each later prompt token has an entry like an output token's,
 its top entries the request's ``prompt_logprobs`` (default ``logprobs``) best
 tokens of that prompt position.
 
+A completions claim's ``text_offset`` (what a harness may use to find where
+the output begins) is derived from its names alone, as vLLM's server writes it
+(``_create_completion_logprobs``): each entry's offset is the number of
+characters of the names before it, echoed prompt included, summed over a
+stream's chunks. An offset that is not that sum does not read as vLLM's
+(when the claim states offsets at all).
+
 vLLM clamps every value at -9999 (its stand-in for -inf); the verifier's values
 are clamped the same way. A token whose own decoding ends in U+FFFD (an
 unfinished UTF-8 sequence) is renamed by vLLM from its context: its name is not
@@ -150,6 +157,8 @@ def claimed_logprobs(
             positions = tuple(
                 p for part in parts for p in (_chat_part(part) if chat else _completions_part(part))
             )
+            if not chat:
+                _check_text_offsets(parts)
             out[index] = LogprobsClaim(positions)
         except LogprobsClaimError as exc:
             out[index] = LogprobsClaim((), f"{dialect} choice {index}: {exc}")
@@ -267,6 +276,28 @@ def _completions_part(part: object) -> Iterator[ClaimedPosition]:
                 TopEntry(k, _number(v, f"top_logprobs[{i}][{k!r:.20}]")) for k, v in top.items()
             ),
         )
+
+
+def _check_text_offsets(parts: Sequence[object]) -> None:
+    """Raise unless each stated ``text_offset`` is the characters of the names before
+    it (the parts as `_completions_part` read them: objects with lists of names)."""
+    at = position = 0
+    for part in parts:
+        if not isinstance(part, dict):
+            continue
+        tokens = part.get("tokens") or []
+        offsets = part.get("text_offset")
+        if offsets is not None and (not isinstance(offsets, list) or len(offsets) != len(tokens)):
+            raise LogprobsClaimError(f"text_offset is not a list of {len(tokens)} offsets")
+        for i, token in enumerate(tokens):
+            stated = at if offsets is None else offsets[i]
+            if isinstance(stated, bool) or stated != at:
+                raise LogprobsClaimError(
+                    f"text_offset of entry {position + i} is {stated!r:.20}; the names "
+                    f"before it have {at} characters"
+                )
+            at += len(token)
+        position += len(tokens)
 
 
 def verified_name(decoded: str) -> str | None:

@@ -115,3 +115,37 @@ def test_the_echoed_top_count_is_vllms() -> None:
     assert echoed_top_count(True, 3, 1) == 1
     assert echoed_top_count(True, 1, 5) == 1
     assert echoed_top_count(True, 2, -1) == 2
+
+
+def test_text_offsets_must_be_the_lengths_of_the_names_before_them() -> None:
+    assert not _claim().problem
+    # A harness finds the output by its offset: moving it moves what the client scores.
+    body = json.loads(json.dumps(ECHOED_BODY))
+    body["choices"][0]["logprobs"]["text_offset"] = [0, 3, 6, 7]
+    assert "text_offset of entry 3 is 7; the names before it have 8 characters" in (
+        _claim(body).problem
+    )
+    body["choices"][0]["logprobs"]["text_offset"] = [0, 3, 6]
+    assert "text_offset is not a list of 4 offsets" in _claim(body).problem
+    # A claim without offsets states nothing about them.
+    del body["choices"][0]["logprobs"]["text_offset"]
+    assert not _claim(body).problem
+
+
+def test_a_streamed_claims_offsets_run_on_over_its_chunks() -> None:
+    def chunk(tokens: list[str], offsets: list[int]) -> str:
+        logprobs = {
+            "tokens": tokens,
+            "token_logprobs": [-1.0] * len(tokens),
+            "top_logprobs": [{t: -1.0} for t in tokens],
+            "text_offset": offsets,
+        }
+        return "data: " + json.dumps({"choices": [{"index": 0, "logprobs": logprobs}]}) + "\n\n"
+
+    def problem(second: list[int]) -> str:
+        body = chunk(["def", " f"], [0, 3]) + chunk(["(", "x"], second) + "data: [DONE]\n\n"
+        return claimed_logprobs("openai-completions", body.encode(), True, False)[0].problem
+
+    assert problem([5, 6]) == ""
+    # Each chunk starting again at 0 is not how vLLM's server streams them.
+    assert "text_offset of entry 2 is 0; the names before it have 5 characters" in problem([0, 1])

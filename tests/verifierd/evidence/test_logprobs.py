@@ -86,7 +86,7 @@ def test_honest_chat_logprobs_deviate_by_nothing() -> None:
 
 def test_a_streamed_chat_claim_is_the_sum_of_its_chunks() -> None:
     first, second = _honest_chat()
-    chunks = [
+    chunks: list[dict[str, object]] = [
         {"choices": [{"index": 0, "delta": {"role": "assistant"}, "logprobs": None}]},
         {"choices": [{"index": 0, "delta": {"content": "a"}, "logprobs": {"content": [first]}}]},
         {"choices": [{"index": 0, "delta": {"content": "b"}, "logprobs": {"content": [second]}}]},
@@ -263,6 +263,7 @@ _json = st.recursive(
                     "top_logprobs",
                     "tokens",
                     "token_logprobs",
+                    "text_offset",
                 ]
             ),
             inner,
