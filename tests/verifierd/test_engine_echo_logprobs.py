@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import types
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -28,6 +28,8 @@ from tests.verifierd.logprobs_reference import model_logits
 from verifierd.calibration import logprobs_tolerance_floor
 from verifierd.difr import SamplingSettings
 from verifierd.engine.backend import EngineBackend, EngineSpec, ScoreRequest, ScoreResult
+from verifierd.engine.logprob_rows import LogprobsSpec
+from verifierd.engine.scoring_job import JobOutcome, JobSpec
 from verifierd.evidence.client_view import COMPLETIONS, ChoiceEvidence
 from verifierd.evidence.logprobs import ClaimedPosition, LogprobsClaim, claimed_logprobs
 from verifierd.evidence.vllm_views import render_request
@@ -105,13 +107,20 @@ def _claim(logprobs: dict[str, Any]) -> LogprobsClaim:
     return claimed_logprobs(COMPLETIONS, json.dumps(body).encode(), False, False)[0]
 
 
-def _answer(engine: Engine, name: str, prompt_logprobs_from: Path | None = None) -> Answer:
+def _answer(
+    engine: Engine,
+    name: str,
+    prompt_logprobs_from: Path | None = None,
+    prompt_ids: list[int] | None = None,
+) -> Answer:
     """vLLM's answer to the named request as its server writes it; with
-    ``prompt_logprobs_from``, the prompt's logprobs that model's instead."""
+    ``prompt_logprobs_from``, the prompt's logprobs that model's instead; with
+    ``prompt_ids``, that prompt (echoed as its decoding) instead of PROMPT."""
     from vllm.entrypoints.generate.base.serving import clamp_prompt_logprobs
 
     backend = engine.backend
-    body = {"model": "tiny", "prompt": PROMPT, "echo": True, **BODIES[name]}
+    sent: str | list[int] = PROMPT if prompt_ids is None else prompt_ids
+    body = {"model": "tiny", "prompt": sent, "echo": True, **BODIES[name]}
     llm = backend._llm
     rendered = render_request(llm, COMPLETIONS, json.dumps(body))
     prompt = rendered.prompts[0]
@@ -125,13 +134,14 @@ def _answer(engine: Engine, name: str, prompt_logprobs_from: Path | None = None)
         prompt_entries = _other_prompt_logprobs(backend, prompt_logprobs_from, prompt, computed)
     shown = body["max_tokens"] > 0
     output = tuple(answer.token_ids) if shown else ()
-    entries = [*prompt_entries, *(answer.logprobs if shown else [])]
+    entries = [*(prompt_entries or []), *((answer.logprobs or []) if shown else [])]
     logprobs = _server_logprobs(backend, [*prompt, *output], entries, body["logprobs"])
+    echo = PROMPT if prompt_ids is None else llm.get_tokenizer().decode(prompt_ids)
     evidence = ChoiceEvidence(
         dialect=COMPLETIONS,
         request_json=json.dumps(body),
         prompt_index=0,
-        text=PROMPT + (answer.text if shown else ""),
+        text=echo + (answer.text if shown else ""),
         finish_reason=str(answer.finish_reason),
         stop_reason_json="",
         claimed_logprobs=_claim(logprobs),
@@ -259,3 +269,55 @@ def test_the_first_entry_has_no_value_and_the_prompt_must_lead(engine: Engine) -
         result = _score(engine, answer, _with_positions(answer, changed))
         assert result.finding is not None and result.finding.reason.value == "logprobs_mismatch"
         assert why in result.finding.detail, result.finding.detail
+
+
+def test_the_choices_of_one_prompt_share_its_pass(
+    engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    backend = engine.backend
+    answer = _answer(engine, "greedy")
+    prompt_passes: list[tuple[int, ...]] = []
+    run_jobs = backend._run_jobs
+
+    def spy(
+        sequences: Sequence[tuple[int, ...]],
+        specs: Sequence[JobSpec],
+        logprobs: Sequence[LogprobsSpec | None],
+        skip_cache: bool,
+    ) -> list[JobOutcome]:
+        prompt_passes.extend(
+            ids
+            for ids, spec in zip(sequences, specs, strict=True)
+            if spec.prompt_len == 1 and tuple(ids) == answer.prompt
+        )
+        return run_jobs(sequences, specs, logprobs, skip_cache)
+
+    monkeypatch.setattr(backend, "_run_jobs", spy)
+    # Two choices of one prompt (n 2, greedy: the same answer twice).
+    requests = [
+        ScoreRequest(f"r/{j}", (), (), answer.sampling, evidence=answer.evidence) for j in range(2)
+    ]
+    results = backend.score(requests, PROFILE, 10.0)
+    assert len(prompt_passes) == 1
+    for result in results:
+        assert result.finding is None, result.finding
+        compared = result.logprobs
+        assert compared is not None and compared.prompt_positions == len(answer.prompt) - 1
+        assert compared.over(TOLERANCE) is None, compared
+    assert results[0].logprobs == results[1].logprobs
+
+
+def test_a_one_token_prompt_states_no_prompt_value(engine: Engine) -> None:
+    token = engine.backend._llm.get_tokenizer().encode(PROMPT, add_special_tokens=False)[0]
+    answer = _answer(engine, "greedy", prompt_ids=[token])
+    result = _score(engine, answer, answer.evidence)
+    assert result.finding is None, result.finding
+    compared = result.logprobs
+    assert compared is not None and compared.prompt_positions == 0
+    assert len(compared.deviations) == len(answer.output)
+    assert compared.over(TOLERANCE) is None, compared
+    # With max_tokens 0 nothing of the model is left to check.
+    unseen = _answer(engine, "max-tokens-0", prompt_ids=[token])
+    finding = _score(engine, unseen, unseen.evidence).finding
+    assert finding is not None and finding.reason.value == "tokens_unavailable", finding
+    assert "one-token prompt" in finding.detail

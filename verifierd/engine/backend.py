@@ -73,7 +73,7 @@ import logging
 import os
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -462,9 +462,11 @@ class EngineBackend:
         chunk_rows: int,
     ) -> dict[int, tuple[EchoedPrompt, JobOutcome]]:
         """The verifier's rows of each echoed prompt whose logprobs a response states,
-        by request index: one engine call, each prompt prefilled alone as a greedy job
-        that scores the prompt's own tokens (its margins unused), cache reads off so
-        that every position is computed."""
+        by request index: one engine call, each distinct prompt prefilled alone once
+        (the n choices of a prompt share its pass) as a greedy job that scores the
+        prompt's own tokens (its margins unused), cache reads off so that every
+        position is computed. A choice sharing a pass is charged its share of the
+        pass's time."""
         wanted = [
             (i, res.prompt, top, spec)
             for i, (r, res) in enumerate(zip(requests, resolutions, strict=True))
@@ -475,6 +477,9 @@ class EngineBackend:
         ]
         if not wanted:
             return {}
+        sharing: dict[tuple[tuple[int, ...], LogprobsSpec], list[int]] = {}
+        for i, prompt, _, spec in wanted:
+            sharing.setdefault((prompt, spec), []).append(i)
         specs = [
             JobSpec(
                 job_id=f"j{next(self._job_ids)}",
@@ -484,24 +489,29 @@ class EngineBackend:
                 profile=profile_name,
                 chunk_rows=chunk_rows,
             )
-            for _, prompt, _, _ in wanted
+            for prompt, _ in sharing
         ]
         self.engine_calls += 1
         self.passes += len(specs)
         self.rows_scored += sum(s.n_out for s in specs)
         outcomes = self._run_jobs(
-            [prompt for _, prompt, _, _ in wanted],
-            specs,
-            [spec for _, _, _, spec in wanted],
-            skip_cache=True,
+            [prompt for prompt, _ in sharing], specs, [spec for _, spec in sharing], skip_cache=True
         )
         failed = [o for o in outcomes if o.error]
         if failed:
             raise EngineBackendError(f"scoring an echoed prompt failed: {failed[0].error}")
-        return {
-            i: (EchoedPrompt(prompt, top, self._logprob_rows.pop(o.job_id)), o)
-            for (i, prompt, top, _), o in zip(wanted, outcomes, strict=True)
-        }
+        tops = {i: top for i, _, top, _ in wanted}
+        out = {}
+        for ((prompt, _), indices), o in zip(sharing.items(), outcomes, strict=True):
+            rows = self._logprob_rows.pop(o.job_id)
+            share = replace(
+                o,
+                scoring_ns=o.scoring_ns // len(indices),
+                logits_ns=o.logits_ns // len(indices),
+            )
+            for i in indices:
+                out[i] = (EchoedPrompt(prompt, tops[i], rows), share)
+        return out
 
     def _run_passes(
         self,

@@ -33,7 +33,8 @@ shows nothing sampled: the text must be the echo alone and nothing is scored
 (the one token vLLM samples unseen is counted, its finish reason not checked);
 the choice rests on its prompt's logprobs (`verifierd.engine.logprob_check`;
 without ``logprobs`` in the request it is not rendered, without them in the
-response it is ``tokens_unavailable``).
+response, or with a one-token prompt whose one entry has no value, it is
+``tokens_unavailable``).
 
 A request whose evidence contradicts a claim gets a FAIL finding and is not
 scored; one the engine cannot render or search gets an UNVERIFIABLE finding.
@@ -431,6 +432,10 @@ def _prompt_only(ev: ChoiceEvidence, ctx: _Context) -> Resolution:
         return Resolution(ctx.prompt, (), Finding(Reason.TOKEN_TEXT_MISMATCH, detail))
     if ev.claimed_logprobs is None:
         detail = "max_tokens 0 and the response states no logprobs: nothing of the model shown"
+        return Resolution(ctx.prompt, (), Finding(Reason.TOKENS_UNAVAILABLE, detail))
+    if len(ctx.prompt) < 2:
+        # vLLM states no value for a prompt's first token: no logprob of the model is shown.
+        detail = "max_tokens 0 and a one-token prompt: nothing of the model shown"
         return Resolution(ctx.prompt, (), Finding(Reason.TOKENS_UNAVAILABLE, detail))
     return Resolution(
         ctx.prompt, (), margins=np.zeros(0), echoed_top=ctx.rendered.echoed_top, unseen=1
