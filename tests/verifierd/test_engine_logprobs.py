@@ -9,8 +9,10 @@ verifier then scores each answer with the prover's ids and a logprobs claim:
 - values computed on CPU by transformers for the same tokens, in each
   ``--logprobs-mode`` (vLLM's own sampler code on those logits, min_p and top-p
   included), from the same model (honest: within float32 rounding of the
-  verifier's) or from the other tiny model (another model's: every token, the
-  text and the margins agree, only the values give it away).
+  verifier's) or from another tiny model (another model's: every token, the
+  text and the margins agree, only the values give it away): a second random
+  one for the random model, so that its half needs no training, the random one
+  for the trained.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from verifierd.evidence.client_view import CHAT, ChoiceEvidence
 from verifierd.evidence.logprobs import FLOOR, ClaimedPosition, LogprobsClaim, TopEntry
 from verifierd.evidence.vllm_views import render_request
 from verifierd.logit_adjustments import NEUTRAL, LogitAdjustments
+from verifierd.tiny_model import TinyModelSpec
 
 pytestmark = [pytest.mark.vllm, MAY_TRAIN]
 
@@ -58,7 +61,7 @@ MODES = ("raw_logprobs", "raw_logits", "processed_logits", "processed_logprobs")
 class Engine:
     backend: EngineBackend
     model_dir: Path
-    #: The other tiny model: the source of "another model's" logprobs.
+    #: Another tiny model: the source of "another model's" logprobs.
     other_dir: Path
 
 
@@ -77,9 +80,10 @@ def engine(
     request: pytest.FixtureRequest, tiny_models: TinyModels, trained_tiny_models: TrainedModels
 ) -> Iterator[Engine]:
     pytest.importorskip("vllm")
-    models = {"random": tiny_models.get().path, "trained": trained_tiny_models.get().path}
-    own = models[request.param]
-    [other] = [path for name, path in models.items() if name != request.param]
+    if request.param == "random":
+        own, other = tiny_models.get().path, tiny_models.get(TinyModelSpec(seed=1)).path
+    else:
+        own, other = trained_tiny_models.get().path, tiny_models.get().path
     backend = EngineBackend.load(EngineSpec(model_dir=own, max_model_len=512))
     yield Engine(backend, own, other)
     backend.close()
