@@ -266,8 +266,10 @@ class Verdict(_message.Message):
     the worst choice).
     """
     detail: _builtins.str
-    """Human-readable detail for UNVERIFIABLE and SKIPPED (which parameter, which
-    file, the engine's error message).
+    """Human-readable detail: for UNVERIFIABLE and SKIPPED which parameter, which
+    file, the engine's error message; for FAIL the evidence (the first differing
+    position, both sides); for a PASS that scored no output token, what it rests
+    on (the sampler was not verified).
     """
     exact_matches: _builtins.int
     """Scored tokens whose claimed token was the reconstructed sampler's choice."""
