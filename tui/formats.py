@@ -111,6 +111,12 @@ def logprobs_line(verdict: verifier_pb2.Verdict) -> str:
     return f"largest deviation {deviation:.3g} {relation} tolerance {tolerance:g}"
 
 
+def reason_line(verdict: verifier_pb2.Verdict) -> str:
+    """The verdict's reason and detail: a FAIL's evidence, why a record is UNVERIFIABLE, or
+    what a PASS that scored no output token rests on ("" when it has neither)."""
+    return ": ".join(part for part in (verdict.reason, verdict.detail) if part)
+
+
 def superseded_line(verdict: verifier_pb2.Verdict) -> str:
     """What the verdict a record_amended one superseded said: status, reason, score, when,
     and the start of the SHA-256 of its signed bytes (kept in the verifier's history)."""

@@ -163,3 +163,20 @@ def test_a_verdict_shows_its_logprobs_deviation_against_the_tolerance() -> None:
         "largest deviation 0.1 (the commitment's default tolerance)"
     )
     assert formats.logprobs_line(verifier_pb2.Verdict()) == "—"
+
+
+def test_the_reason_line_names_a_fails_evidence_and_what_a_bare_pass_rests_on() -> None:
+    fail = verifier_pb2.Verdict(
+        status=verifier_pb2.VERDICT_STATUS_FAIL,
+        reason="prompt_mismatch",
+        detail="prompt token 3: claimed 17, rendered 42",
+    )
+    assert formats.reason_line(fail) == "prompt_mismatch: prompt token 3: claimed 17, rendered 42"
+    bare_pass = verifier_pb2.Verdict(
+        status=verifier_pb2.VERDICT_STATUS_PASS, detail="no output token was scored"
+    )
+    assert formats.reason_line(bare_pass) == "no output token was scored"
+    assert formats.reason_line(verifier_pb2.Verdict(reason="score_over_threshold")) == (
+        "score_over_threshold"
+    )
+    assert formats.reason_line(verifier_pb2.Verdict()) == ""

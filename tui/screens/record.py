@@ -80,7 +80,7 @@ def _judgement(verdict: verifier_pb2.Verdict) -> str:
         return f"{verdict.score:.3f} {relation} {verdict.settings.threshold:g}"
     if verdict.status == verifier_pb2.VERDICT_STATUS_PENDING:
         return "waiting for its engine"
-    return f"{verdict.reason}: {verdict.detail}" if verdict.detail else verdict.reason
+    return formats.reason_line(verdict)
 
 
 def _response(detail: RecordDetail) -> Text:
@@ -133,6 +133,8 @@ def _evidence(detail: RecordDetail) -> Table:
         ("decided", formats.utc_time(verdict.decided_at_ns) + " UTC"),
         ("signed by", detail.key_id.hex() if detail.key_id else "— (not decided yet)"),
     ]
+    if verdict.reason or verdict.detail:
+        rows.insert(1, ("reason", formats.reason_line(verdict)))
     if verdict.amended_by_record_id:
         rows.append(("amended by", verdict.amended_by_record_id))
     if verdict.HasField("supersedes"):
