@@ -127,9 +127,11 @@ def test_collector_run_counts_packets_and_records_on_metrics(tmp_path: Path) -> 
             # wait for both rather than race the next stats tick.
             records = s.get((f"{P}records_total", (("quality", "complete"),)), 0)
             packets = s.get((f"{P}packets_total", (("source", "lo"),)), 0)
+            captured = s.get((f"{P}captured_bytes_total", (("source", "lo"),)), 0)
             return (
                 records >= 3
                 and packets >= 10
+                and captured > 1000
                 and s.get((f"{P}flows_closed_total", (("reason", "fin"),)), 0) >= 1
             )
 
