@@ -219,9 +219,34 @@ def test_honest_sdk_traffic_passes_with_and_without_token_ids(pipeline: LivePipe
     }
 
 
+def _replay_is_honest(client: OpenAI) -> dict[str, frozenset[str]]:
+    """Whether the replayed answer is also this prompt's honest one: the committed model
+    may answer both questions alike under the same seed (the trained model, which writes
+    Python whatever it is asked, did in one build), and then the replay is no cheat and
+    must PASS. Asks both honestly (two honest cases, by name) and, if their texts agree,
+    expects "replay" to PASS as well."""
+    source = next(a for a in ATTACKS if a.cheat is Cheat.REPLAY)
+    texts = {}
+    for name, messages in (("replay-control-source", QUESTION), ("replay-control", OTHER_QUESTION)):
+        texts[name] = _text(
+            client.chat.completions.create(
+                model=MODEL_NAME,
+                messages=messages,
+                max_tokens=MAX_TOKENS,
+                seed=source.seed,
+                user=name,
+            )
+        )
+    honest: dict[str, frozenset[str]] = dict.fromkeys(texts, frozenset())
+    if len(set(texts.values())) == 1:
+        honest["replay"] = frozenset()
+    return honest
+
+
 def test_each_cheat_of_the_proxy_fails_with_its_reason(pipeline: LivePipeline) -> None:
     with _client(pipeline.cheating_url) as client:
         expected = _attacks(client)
+        expected.update(_replay_is_honest(client))
     judged = pipeline.wait_for(expected)
     unexpected = {
         name: (j.status, j.reason, j.detail)
