@@ -544,14 +544,14 @@ class GroupCommitWriter:
             if prepared.rows or prepared.checkpoint is not None:
                 self._with_growth(lambda txn: self._put(txn, prepared, prepared.state))
         except BaseException as exc:
-            if not self._landed(prepared):
+            if self._landed(prepared):
+                logger.warning(
+                    "log write raised after its commit was durable; the batch stands",
+                    extra={"entries": len(prepared.rows), "error": repr(exc)},
+                )
+                self._acknowledge(prepared)
+            else:
                 self._roll_back(prepared, exc)
-                return None if isinstance(exc, Exception) else exc
-            logger.warning(
-                "log write raised after its commit was durable; the batch stands",
-                extra={"entries": len(prepared.rows), "error": repr(exc)},
-            )
-            self._acknowledge(prepared)
             return None if isinstance(exc, Exception) else exc
         self._acknowledge(prepared)
         return None
