@@ -225,7 +225,7 @@ def _replay_is_honest(client: OpenAI) -> dict[str, frozenset[str]]:
     Python whatever it is asked, did in one build), and then the replay is no cheat and
     must PASS. Asks both honestly (two honest cases, by name) and, if their texts agree,
     expects "replay" to PASS as well."""
-    source = next(a for a in ATTACKS if a.cheat is Cheat.REPLAY)
+    replay = next(a for a in ATTACKS if a.cheat is Cheat.REPLAY)
     texts = {}
     for name, messages in (("replay-control-source", QUESTION), ("replay-control", OTHER_QUESTION)):
         texts[name] = _text(
@@ -233,7 +233,7 @@ def _replay_is_honest(client: OpenAI) -> dict[str, frozenset[str]]:
                 model=MODEL_NAME,
                 messages=messages,
                 max_tokens=MAX_TOKENS,
-                seed=source.seed,
+                seed=replay.seed,
                 user=name,
             )
         )
