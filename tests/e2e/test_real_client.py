@@ -148,8 +148,16 @@ ATTACKS = (
 FINISH_SHOWN = {Cheat.TRUNCATE_AS_STOP: "stop", Cheat.SMALLER_MAX_TOKENS: "length"}
 
 
-def _finish_reason(client: OpenAI, attack: Attack) -> str | None:
-    """Send ``attack`` through the proxy; the finish reason the client reads."""
+@dataclass(frozen=True)
+class Answer:
+    """What the client read: the finish reason and the text, streams assembled."""
+
+    finish_reason: str | None
+    text: str
+
+
+def _answer(client: OpenAI, attack: Attack) -> Answer:
+    """Send ``attack`` through the proxy; what the client reads."""
     sent: dict[str, Any] = {
         "model": MODEL_NAME,
         "messages": OTHER_QUESTION if attack.cheat is Cheat.REPLAY else QUESTION,
@@ -160,25 +168,46 @@ def _finish_reason(client: OpenAI, attack: Attack) -> str | None:
         "extra_body": IDS if attack.token_ids else {},
     }
     if not attack.stream:
-        return str(client.chat.completions.create(**sent).choices[0].finish_reason)
-    reasons = [
-        choice.finish_reason
-        for chunk in client.chat.completions.create(
-            **sent, stream=True, stream_options={"include_usage": True}
-        )
-        for choice in chunk.choices
-        if choice.finish_reason is not None
-    ]
-    return reasons[-1] if reasons else None
+        choice = client.chat.completions.create(**sent).choices[0]
+        return Answer(str(choice.finish_reason), str(choice.message.content or ""))
+    reasons: list[str] = []
+    parts: list[str] = []
+    for chunk in client.chat.completions.create(
+        **sent, stream=True, stream_options={"include_usage": True}
+    ):
+        for choice in chunk.choices:
+            parts.append(choice.delta.content or "")
+            if choice.finish_reason is not None:
+                reasons.append(choice.finish_reason)
+    return Answer(reasons[-1] if reasons else None, "".join(parts))
 
 
 def _attacks(client: OpenAI) -> dict[str, frozenset[str]]:
-    """Each of ATTACKS once through the proxy: its allowed reasons, by name."""
+    """Each of ATTACKS once through the proxy: its allowed reasons, by name.
+
+    The committed model may answer both questions alike under the same seed (the
+    trained model, which writes Python whatever it is asked, did in one build): the
+    replay is then no cheat and must PASS. So the new question is also asked
+    honestly ("replay-control"), and if the client read the same text from the
+    replay, "replay" is expected to PASS.
+    """
+    expected = {attack.name: attack.reasons for attack in ATTACKS}
     for attack in ATTACKS:
-        finish = _finish_reason(client, attack)
+        answer = _answer(client, attack)
         if attack.cheat in FINISH_SHOWN:
-            assert finish == FINISH_SHOWN[attack.cheat], attack.name
-    return {attack.name: attack.reasons for attack in ATTACKS}
+            assert answer.finish_reason == FINISH_SHOWN[attack.cheat], attack.name
+        if attack.cheat is Cheat.REPLAY and not attack.token_ids:
+            expected["replay-control"] = frozenset()
+            honest = client.chat.completions.create(
+                model=MODEL_NAME,
+                messages=OTHER_QUESTION,
+                max_tokens=MAX_TOKENS,
+                seed=attack.seed,
+                user="replay-control",
+            )
+            if _text(honest) == answer.text:
+                expected[attack.name] = frozenset()
+    return expected
 
 
 @pytest.fixture(params=["random_pipeline", "trained_pipeline"], ids=["random", "trained"])
@@ -219,34 +248,9 @@ def test_honest_sdk_traffic_passes_with_and_without_token_ids(pipeline: LivePipe
     }
 
 
-def _replay_is_honest(client: OpenAI) -> dict[str, frozenset[str]]:
-    """Whether the replayed answer is also this prompt's honest one: the committed model
-    may answer both questions alike under the same seed (the trained model, which writes
-    Python whatever it is asked, did in one build), and then the replay is no cheat and
-    must PASS. Asks both honestly (two honest cases, by name) and, if their texts agree,
-    expects "replay" to PASS as well."""
-    replay = next(a for a in ATTACKS if a.cheat is Cheat.REPLAY)
-    texts = {}
-    for name, messages in (("replay-control-source", QUESTION), ("replay-control", OTHER_QUESTION)):
-        texts[name] = _text(
-            client.chat.completions.create(
-                model=MODEL_NAME,
-                messages=messages,
-                max_tokens=MAX_TOKENS,
-                seed=replay.seed,
-                user=name,
-            )
-        )
-    honest: dict[str, frozenset[str]] = dict.fromkeys(texts, frozenset())
-    if len(set(texts.values())) == 1:
-        honest["replay"] = frozenset()
-    return honest
-
-
 def test_each_cheat_of_the_proxy_fails_with_its_reason(pipeline: LivePipeline) -> None:
     with _client(pipeline.cheating_url) as client:
         expected = _attacks(client)
-        expected.update(_replay_is_honest(client))
     judged = pipeline.wait_for(expected)
     unexpected = {
         name: (j.status, j.reason, j.detail)
