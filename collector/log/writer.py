@@ -103,6 +103,31 @@ class _Request:
         self.done = threading.Event()
 
 
+class _Lease:
+    """A caller's claim on the sequencer's and the writer's roles, while it leads.
+
+    The roles are given back by identity (`_give_back`), from a `finally` that encloses
+    the claim itself, so an interrupt between any two of the leader's bytecodes cannot
+    leave a role held by a leader that is gone.
+    """
+
+    __slots__ = ("generation", "inflight", "prepared", "state")
+
+    def __init__(self) -> None:
+        self.generation = 0
+        # The state it leads from; set once the caller leads (its request is never queued).
+        self.state: ChainState | None = None
+        self.inflight: dict[bytes, bytes] = {}
+        # Its batch, once prepared; its state may then be published.
+        self.prepared: _Prepared | None = None
+
+
+# Who holds a role when it is not a leader.
+_SEQUENCER = "sequencer"
+_WRITER = "writer"
+_Owner: TypeAlias = "_Lease | str"
+
+
 class _Job:
     """A function the writer runs in a write transaction of its own, between batches."""
 
@@ -203,10 +228,10 @@ class GroupCommitWriter:
         # Records in the queue.
         self._queued = 0
         self._closing = False
-        # The writer thread or a leader is committing a batch (or the writer runs a job).
-        self._writing = False
-        # The sequencer or a leader took work and has not yet published the state it leaves.
-        self._preparing = False
+        # Who is committing a batch (the writer thread, which also runs jobs, or a leader).
+        self._committer: _Owner | None = None
+        # Who took work and has not yet published the state it leaves (sequencer or leader).
+        self._preparer: _Owner | None = None
         self._slot: _Prepared | None = None
         self._generation = 0
         self._committed = state
@@ -248,66 +273,103 @@ class GroupCommitWriter:
         return job.result
 
     def _submit(self, item: _Request | _Job) -> None:
-        with self._cond:
-            if self._closing:
-                raise LogClosedError("log is closed")
-            lead = isinstance(item, _Request) and self._idle()
-            if lead:
-                self._writing = self._preparing = True
-                generation = self._generation
-                state = self._next.copy()
-                inflight = dict(self._inflight)
-            else:
-                self._queue.append(item)
-                self._queued += len(item.ids) if isinstance(item, _Request) else 0
-                self._cond.notify_all()
-        if lead:
-            assert isinstance(item, _Request)
-            self._lead(item, state, inflight, generation)
+        if isinstance(item, _Request):
+            lease = _Lease()
+            try:
+                self._enqueue(item, lease)
+                if lease.state is not None:
+                    self._lead(item, lease)
+            finally:
+                self._give_back(lease, item)
+        else:
+            self._enqueue(item, None)
         item.done.wait()
         if item.error is not None:
             if isinstance(item.error, LogError):
                 raise item.error
             raise LogWriteError(f"log write failed: {item.error}") from item.error
 
+    def _enqueue(self, item: _Request | _Job, lease: _Lease | None) -> None:
+        """Queue `item`, or, for a request finding the log idle, claim both roles for `lease`
+        (its state is then set) and leave the request to the caller's thread."""
+        with self._cond:
+            if self._closing:
+                raise LogClosedError("log is closed")
+            if lease is not None and self._idle():
+                lease.generation = self._generation
+                lease.inflight = dict(self._inflight)
+                # From here on the request is the leader's to answer, never queued.
+                lease.state = self._next.copy()
+                self._preparer = lease
+                self._committer = lease
+                return
+            self._queue.append(item)
+            self._queued += len(item.ids) if isinstance(item, _Request) else 0
+            self._cond.notify_all()
+
     def _idle(self) -> bool:
         """Nothing queued, prepared or written (caller holds the lock): a caller may lead."""
-        return not (self._queue or self._slot or self._writing or self._preparing)
+        return (
+            not self._queue
+            and self._slot is None
+            and self._committer is None
+            and self._preparer is None
+        )
 
-    def _lead(
-        self, request: _Request, state: ChainState, inflight: dict[bytes, bytes], generation: int
-    ) -> None:
-        """Prepare and commit `request` in the caller's thread (it claimed the writer's role).
+    def _lead(self, request: _Request, lease: _Lease) -> None:
+        """Prepare and commit `request` in the caller's thread (`lease` holds both roles).
 
         What interrupts the caller's thread (KeyboardInterrupt) goes on to the caller once
-        the log's state is the disk's and the role is given back.
+        the log's state is the disk's and the roles are given back (`_give_back`).
         """
+        assert lease.state is not None
         try:
-            prepared = self._prepare([request], state, inflight, generation, last=False)
-        except BaseException as exc:
-            with self._cond:
-                self._writing = self._preparing = False
-                self._cond.notify_all()
+            prepared = self._prepare(
+                [request], lease.state, lease.inflight, lease.generation, last=False
+            )
+        except Exception as exc:
+            logger.exception("log leader failed a batch", extra={"records": len(request.ids)})
             request.error = exc
             request.done.set()
-            if not isinstance(exc, Exception):
-                raise
-            logger.exception("log leader failed a batch", extra={"records": len(request.ids)})
             return
+        lease.prepared = prepared
         with self._cond:
             # What queued meanwhile may now be sealed on this batch's state.
             self._next = prepared.state
             self._inflight.update(prepared.ids)
-            self._preparing = False
+            self._preparer = None
             self._cond.notify_all()
-        try:
-            interrupt = self._commit(prepared)
-        finally:
-            with self._cond:
-                self._writing = False
-                self._cond.notify_all()
+        interrupt = self._commit(prepared)
         if interrupt is not None:
             raise interrupt
+
+    def _give_back(self, lease: _Lease, request: _Request) -> None:
+        """Settle what a leader left unsettled, then free the roles it still holds.
+
+        Runs in a `finally` around the claim, so it also runs when an interrupt hit the
+        leader anywhere from its claim to its commit's end. A batch prepared and never
+        settled (its request not answered) is checked against the disk: stored, it is
+        acknowledged; not, it is rolled back, with the batches sealed on its state.
+        While it settles, the writer's role is still held: nothing commits on a state
+        that may be rolled back.
+        """
+        try:
+            if lease.state is not None and not request.done.is_set():
+                interrupted = LogWriteError("the leader was interrupted before its batch settled")
+                if lease.prepared is None:
+                    request.error = interrupted
+                    request.done.set()
+                elif self._landed(lease.prepared):
+                    self._acknowledge(lease.prepared)
+                else:
+                    self._roll_back(lease.prepared, interrupted)
+        finally:
+            with self._cond:
+                if self._preparer is lease:
+                    self._preparer = None
+                if self._committer is lease:
+                    self._committer = None
+                self._cond.notify_all()
 
     def close(self) -> None:
         """Finish what is queued, sign a last checkpoint, and stop both threads."""
@@ -360,14 +422,16 @@ class GroupCommitWriter:
                     if self._finished:
                         return
                     wait = None
-                    if self._slot is None and not self._preparing:
+                    if self._slot is None and self._preparer is None:
                         if self._queue and (
-                            self._queued >= self._max_batch or not self._writing or self._closing
+                            self._queued >= self._max_batch
+                            or self._committer is None
+                            or self._closing
                         ):
                             break
                         if self._closing and not self._queue and not self._last_published:
                             break
-                        if not self._closing and not self._writing:
+                        if not self._closing and self._committer is None:
                             wait = self._checkpoint_wait()
                             if wait is not None and wait <= 0:
                                 break
@@ -377,7 +441,7 @@ class GroupCommitWriter:
                 generation = self._generation
                 state = self._next.copy()
                 inflight = dict(self._inflight)
-                self._preparing = True
+                self._preparer = _SEQUENCER
             if isinstance(taken, _Job):
                 self._publish(_Prepared(generation, state, job=taken), taken)
                 continue
@@ -397,7 +461,7 @@ class GroupCommitWriter:
 
     def _done_preparing(self) -> None:
         with self._cond:
-            self._preparing = False
+            self._preparer = None
             self._cond.notify_all()
 
     def _publish(self, prepared: _Prepared, job: _Job | None) -> None:
@@ -408,7 +472,7 @@ class GroupCommitWriter:
         with self._cond:
             while self._slot is not None and prepared.generation == self._generation:
                 self._cond.wait()
-            self._preparing = False
+            self._preparer = None
             if prepared.generation != self._generation:
                 self._requeue(prepared)
                 self._cond.notify_all()
@@ -509,11 +573,11 @@ class GroupCommitWriter:
         while True:
             with self._cond:
                 # A batch sealed while a leader commits waits for the leader's commit.
-                while self._slot is None or self._writing:
+                while self._slot is None or self._committer is not None:
                     self._cond.wait()
                 prepared = self._slot
                 self._slot = None
-                self._writing = True
+                self._committer = _WRITER
                 self._cond.notify_all()
             try:
                 if prepared.job is not None:
@@ -526,7 +590,7 @@ class GroupCommitWriter:
                     logger.exception("log writer failed to finish a commit")
             finally:
                 with self._cond:
-                    self._writing = False
+                    self._committer = None
                     self._cond.notify_all()
             if prepared.last:
                 with self._cond:

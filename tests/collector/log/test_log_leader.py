@@ -242,3 +242,61 @@ def test_an_interrupt_after_the_durable_commit_acknowledges_the_batch(
         assert log.append_many([make_record(2), make_record(3)]) == [2, 3]
     assert_audits_clean(path, signer, head_seq=3)
     assert checkpoint_sizes(path) == [2, 3]
+
+
+# Where the interrupt hits the leader: right after it claimed both roles (before preparing),
+# after it published its batch's state (before the write), after the write (before the
+# batch is acknowledged). Each waits until a second caller's records are queued, or sealed
+# on the leader's state where the sequencer may seal them.
+INTERRUPTED_STEPS = {"claim": "_lead", "publish": "_commit", "acknowledge": "_acknowledge"}
+
+
+@pytest.mark.parametrize("step", sorted(INTERRUPTED_STEPS))
+def test_an_interrupt_between_a_leaders_steps_leaves_no_role_held(
+    tmp_path: Path, signer: Signer, monkeypatch: pytest.MonkeyPatch, step: str
+) -> None:
+    """A KeyboardInterrupt at any step of a leader reaches its caller, and the leader's
+    roles are given back: its batch stands where the disk has it and is rolled back
+    (with the batch sealed on its state) where not; the queued caller lands, later appends
+    lead again and the log audits clean."""
+    name = INTERRUPTED_STEPS[step]
+    real_step = getattr(GroupCommitWriter, name)
+    entered = threading.Event()
+    interrupted: list[str] = []
+
+    def interrupting_step(self: GroupCommitWriter, *args: object) -> object:
+        if threading.current_thread() is threading.main_thread() and not interrupted:
+            interrupted.append(step)
+            entered.set()
+            if step == "claim":
+                wait_for(self, lambda: self._queued == 3)
+            else:
+                wait_for(self, lambda: self._slot is not None)
+            raise KeyboardInterrupt
+        return real_step(self, *args)
+
+    path = tmp_path / "log"
+    queued: list[list[int]] = []
+    with open_log(path, signer, checkpoint_interval_s=3600, max_batch=3) as log:
+        assert log.append(make_record(1)) == 1
+        monkeypatch.setattr(GroupCommitWriter, name, interrupting_step)
+
+        def queued_caller() -> None:
+            assert entered.wait(HANG_GUARD_S)
+            queued.append(log.append_many([make_record(20 + k) for k in range(3)]))
+
+        thread = threading.Thread(target=queued_caller)
+        thread.start()
+        with pytest.raises(KeyboardInterrupt):
+            log.append_many([make_record(10), make_record(11)])
+        thread.join(HANG_GUARD_S)
+        assert not thread.is_alive(), "the queued caller waits on a role nobody holds"
+        assert interrupted == [step]
+        writer = writer_of(log)
+        wait_for(writer, writer._idle)
+        stored = step == "acknowledge"
+        assert queued == [[4, 5, 6] if stored else [2, 3, 4]]
+        leaders = [2, 3] if stored else [5, 6]
+        assert log.append_many([make_record(10), make_record(11)]) == leaders
+        assert log.append(make_record(30)) == 7
+    assert_audits_clean(path, signer, head_seq=7)
