@@ -91,6 +91,7 @@ from verifierd.engine.logprob_check import (
     EchoedPrompt,
     PassRows,
     check_logprobs,
+    check_prompt_logprobs,
     echoed_prompt_spec,
     logprobs_spec,
 )
@@ -408,8 +409,8 @@ class EngineBackend:
             if res is None or (res.margins is None and res.finding is None)
         ]
         outcomes = dict(zip((p.index for p in plain), run(plain), strict=True))
-        echoed = self._echoed_prompts(requests, resolutions, profile_name, chunk_rows)
-        for i, (_, job) in echoed.items():
+        prompt_rows = self._prompt_passes(requests, resolutions, profile_name, chunk_rows)
+        for i, (_, job) in prompt_rows.items():
             scoring_ns[i] = scoring_ns.get(i, 0) + job.scoring_ns
             logits_ns[i] = logits_ns.get(i, 0) + job.logits_ns
         engine_ns = max(0, time.perf_counter_ns() - t0 - sum(scoring_ns.values()))
@@ -424,14 +425,8 @@ class EngineBackend:
             prompt, output = ids[i]
             finding = None if res is None else res.finding
             logprobs = None
-            if finding is None and r.evidence is not None:
-                checked = check_logprobs(
-                    r,
-                    output,
-                    pass_rows.get(i, ()),
-                    self._llm.get_tokenizer(),
-                    echoed[i][0] if i in echoed else None,
-                )
+            if finding is None and r.evidence is not None and res is not None:
+                checked = self._checked_logprobs(r, res, pass_rows.get(i, ()), prompt_rows.get(i))
                 if isinstance(checked, Finding):
                     finding = checked
                 else:
@@ -454,31 +449,55 @@ class EngineBackend:
             )
         return results
 
-    def _echoed_prompts(
+    def _checked_logprobs(
+        self,
+        request: ScoreRequest,
+        res: Resolution,
+        passes: Sequence[PassRows],
+        prompt_pass: tuple[LogprobRows, JobOutcome] | None,
+    ) -> LogprobsComparison | Finding | None:
+        """The choice's stated logprobs (output, echoed prompt) and ``prompt_logprobs``
+        against the verifier's rows: one comparison, or the first FAIL."""
+        tokenizer = self._llm.get_tokenizer()
+        rows = None if prompt_pass is None else prompt_pass[0]
+        echoed = (
+            None
+            if rows is None or res.echoed_top is None
+            else EchoedPrompt(res.prompt, res.echoed_top, rows)
+        )
+        checked = check_logprobs(request, res.output, passes, tokenizer, echoed)
+        if isinstance(checked, Finding):
+            return checked
+        stated = check_prompt_logprobs(request, res.prompt_logprobs, res.prompt, rows, tokenizer)
+        if stated is None or isinstance(stated, Finding):
+            return checked if stated is None else stated
+        return stated if checked is None else checked.then_stated_prompt(stated)
+
+    def _prompt_passes(
         self,
         requests: Sequence[ScoreRequest],
         resolutions: Sequence[Resolution | None],
         profile_name: str,
         chunk_rows: int,
-    ) -> dict[int, tuple[EchoedPrompt, JobOutcome]]:
-        """The verifier's rows of each echoed prompt whose logprobs a response states,
-        by request index: one engine call, each distinct prompt prefilled alone once
-        (the n choices of a prompt share its pass) as a greedy job that scores the
-        prompt's own tokens (its margins unused), cache reads off so that every
-        position is computed. A choice sharing a pass is charged its share of the
-        pass's time."""
+    ) -> dict[int, tuple[LogprobRows, JobOutcome]]:
+        """The verifier's rows of each prompt whose logprobs a response states (an
+        echoed prompt's, or ``prompt_logprobs``), by request index: one engine call,
+        each distinct prompt prefilled alone once (the n choices of a prompt share its
+        pass) as a greedy job that scores the prompt's own tokens (its margins unused),
+        cache reads off so that every position is computed. A choice sharing a pass is
+        charged its share of the pass's time."""
         wanted = [
-            (i, res.prompt, top, spec)
+            (i, res.prompt, spec)
             for i, (r, res) in enumerate(zip(requests, resolutions, strict=True))
             if res is not None
             and res.finding is None
-            and (top := res.echoed_top) is not None
-            and (spec := echoed_prompt_spec(r)) is not None
+            and (spec := echoed_prompt_spec(r, res.echoed_top is not None, res.prompt_logprobs))
+            is not None
         ]
         if not wanted:
             return {}
         sharing: dict[tuple[tuple[int, ...], LogprobsSpec], list[int]] = {}
-        for i, prompt, _, spec in wanted:
+        for i, prompt, spec in wanted:
             sharing.setdefault((prompt, spec), []).append(i)
         specs = [
             JobSpec(
@@ -499,10 +518,9 @@ class EngineBackend:
         )
         failed = [o for o in outcomes if o.error]
         if failed:
-            raise EngineBackendError(f"scoring an echoed prompt failed: {failed[0].error}")
-        tops = {i: top for i, _, top, _ in wanted}
+            raise EngineBackendError(f"scoring a prompt's logprobs failed: {failed[0].error}")
         out = {}
-        for ((prompt, _), indices), o in zip(sharing.items(), outcomes, strict=True):
+        for indices, o in zip(sharing.values(), outcomes, strict=True):
             rows = self._logprob_rows.pop(o.job_id)
             share = replace(
                 o,
@@ -510,7 +528,7 @@ class EngineBackend:
                 logits_ns=o.logits_ns // len(indices),
             )
             for i in indices:
-                out[i] = (EchoedPrompt(prompt, tops[i], rows), share)
+                out[i] = (rows, share)
         return out
 
     def _run_passes(

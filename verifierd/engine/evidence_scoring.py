@@ -96,6 +96,9 @@ class Resolution:
     #: The top entries per echoed prompt token heading the choice's logprobs claim
     #: (None: no echoed prompt in it; `vllm_views.RenderedRequest.echoed_top`).
     echoed_top: int | None = None
+    #: vLLM's ``prompt_logprobs`` for the request (the field's, or echo's default; None:
+    #: its response states none; `verifierd.evidence.prompt_logprobs`).
+    prompt_logprobs: int | None = None
     #: Output tokens the engine sampled that the client was not shown (``echo`` with
     #: ``max_tokens: 0``: one), so not scored.
     unseen: int = 0
@@ -417,6 +420,7 @@ class EvidenceResolver:
             restarts,
             searched,
             echoed_top=ctx.rendered.echoed_top,
+            prompt_logprobs=ctx.rendered.params.prompt_logprobs,
         )
 
 
@@ -438,7 +442,12 @@ def _prompt_only(ev: ChoiceEvidence, ctx: _Context) -> Resolution:
         detail = "max_tokens 0 and a one-token prompt: nothing of the model shown"
         return Resolution(ctx.prompt, (), Finding(Reason.TOKENS_UNAVAILABLE, detail))
     return Resolution(
-        ctx.prompt, (), margins=np.zeros(0), echoed_top=ctx.rendered.echoed_top, unseen=1
+        ctx.prompt,
+        (),
+        margins=np.zeros(0),
+        echoed_top=ctx.rendered.echoed_top,
+        prompt_logprobs=ctx.rendered.params.prompt_logprobs,
+        unseen=1,
     )
 
 

@@ -56,6 +56,14 @@ from verifierd.evidence.logprobs import (
     top_count,
     verified_name,
 )
+from verifierd.evidence.prompt_logprobs import (
+    PromptLogprobsClaim,
+    comparable,
+    misnamed,
+    rank_deviation,
+    shape_problem,
+    unasked,
+)
 from verifierd.logit_adjustments import LogitAdjustments
 from verifierd.verdicts import Reason
 
@@ -107,15 +115,120 @@ class EchoedPrompt:
     rows: LogprobRows
 
 
-def echoed_prompt_spec(choice: ScoredChoice) -> LogprobsSpec | None:
-    """What a pass over the echoed prompt records for this choice: the mode's raw
-    values (the prompt is not processed), at least the claim's top entries and the
-    prompt's own token; None when the response states no logprobs."""
+def echoed_prompt_spec(
+    choice: ScoredChoice, echoed: bool, prompt_logprobs: int | None
+) -> LogprobsSpec | None:
+    """What a pass over the prompt records for this choice: the mode's raw values (the
+    prompt is not processed), at least the top entries the claims may list and the
+    prompt's own token; None when the response states neither an ``echoed`` prompt's
+    logprobs nor the ``prompt_logprobs`` the request asked for (its effective value)."""
     evidence = choice.evidence
-    if evidence is None or evidence.claimed_logprobs is None:
+    if evidence is None:
+        return None
+    tops = []
+    if echoed and evidence.claimed_logprobs is not None:
+        tops.append(_requested_top(evidence))
+    if prompt_logprobs is not None and evidence.claimed_prompt_logprobs is not None:
+        tops.append(MAX_TOP if prompt_logprobs == -1 else prompt_logprobs)
+    if not tops:
         return None
     recorded = "raw_logits" if choice.logprobs_mode.endswith("_logits") else "raw_logprobs"
-    return LogprobsSpec(min(MAX_TOP, _requested_top(evidence)) + 1, recorded)
+    return LogprobsSpec(min(MAX_TOP, max(tops)) + 1, recorded)
+
+
+def check_prompt_logprobs(
+    choice: ScoredChoice,
+    requested: int | None,
+    prompt: Sequence[int],
+    rows: LogprobRows | None,
+    tokenizer: Any,
+) -> LogprobsComparison | Finding | None:
+    """The response's ``prompt_logprobs`` (`verifierd.evidence.prompt_logprobs`) against
+    the rendered ``prompt`` and the verifier's ``rows`` of a pass over it (None: a
+    one-token prompt, no pass), for a request whose effective ``prompt_logprobs`` is
+    ``requested``; None when the response states none."""
+    from vllm.tokenizers.detokenizer_utils import convert_ids_list_to_tokens
+
+    evidence = choice.evidence
+    claim = None if evidence is None else evidence.claimed_prompt_logprobs
+    if claim is None:
+        return None
+    extra = unasked(requested, claim)
+    if extra is not None:
+        return Finding(Reason.LOGPROBS_MISMATCH, extra.detail)
+    assert requested is not None
+    problem = shape_problem(claim, prompt, requested)
+    if problem is not None:
+        other_prompt, detail = problem
+        return Finding(Reason.PROMPT_MISMATCH if other_prompt else Reason.LOGPROBS_MISMATCH, detail)
+    later = len(prompt) - 1
+    if later == 0:
+        return None
+    if rows is None or len(rows.sampled) != later:
+        detail = f"no rows recomputed for the prompt's {later} later tokens"
+        return Finding(Reason.TOKENS_UNAVAILABLE, detail)
+    stated = sorted({e.token_id for entries in claim.positions for e in entries or ()})
+    try:
+        names = convert_ids_list_to_tokens(tokenizer, stated)
+    except (IndexError, OverflowError, TypeError, ValueError):
+        return Finding(Reason.LOGPROBS_MISMATCH, "prompt_logprobs list ids outside the vocabulary")
+    misnamed_at = misnamed(
+        claim,
+        {i: None if n is None else verified_name(n) for i, n in zip(stated, names, strict=True)},
+    )
+    if misnamed_at is not None:
+        return Finding(Reason.LOGPROBS_MISMATCH, misnamed_at)
+    verified = [
+        VerifiedPosition(
+            str(prompt[r + 1]),
+            float(rows.sampled[r]),
+            tuple(
+                RankedToken(str(int(t)), float(v))
+                for t, v in zip(rows.top_ids[r], rows.top_values[r], strict=True)
+            ),
+        )
+        for r in range(later)
+    ]
+    # -1 lists every token: as many top entries as the claim's longest position has.
+    top = max((len(p or ()) for p in claim.positions), default=0) if requested == -1 else requested
+    compared = compare(comparable(claim), verified, chat=False, requested_top=top)
+    if isinstance(compared, ShapeMismatch):
+        return Finding(Reason.LOGPROBS_MISMATCH, f"prompt_logprobs: {compared.detail}")
+    return _with_ranks(compared, claim, prompt, rows)
+
+
+def _with_ranks(
+    compared: LogprobsComparison,
+    claim: PromptLogprobsClaim,
+    prompt: Sequence[int],
+    rows: LogprobRows,
+) -> LogprobsComparison:
+    """``compared`` with each position's deviation raised to its claimed rank's
+    (`verifierd.evidence.prompt_logprobs.rank_deviation`) where that is larger."""
+    deviations, tokens = list(compared.deviations), list(compared.tokens)
+    claimed, verified = list(compared.claimed), list(compared.verified)
+    for r, entries in enumerate(claim.positions[1:]):
+        if not entries or entries[0].rank is None:
+            continue
+        own_rank = entries[0].rank
+        own = max(FLOOR, float(rows.sampled[r]))
+        others = [
+            max(FLOOR, float(v))
+            for t, v in zip(rows.top_ids[r], rows.top_values[r], strict=True)
+            if int(t) != prompt[r + 1]
+        ]
+        deviation = rank_deviation(own_rank, own, others)
+        if deviation > deviations[r]:
+            deviations[r] = deviation
+            tokens[r] = f"rank {own_rank} of {prompt[r + 1]}"
+            claimed[r], verified[r] = entries[0].logprob, own
+    return LogprobsComparison(
+        tuple(deviations),
+        tuple(tokens),
+        tuple(claimed),
+        tuple(verified),
+        stated_prompt_positions=len(deviations),
+    )
 
 
 def check_logprobs(

@@ -21,6 +21,7 @@ from verifierd.evidence.api_claims import (
     ignored_sampling_fields,
 )
 from verifierd.evidence.logprobs import LogprobsClaim, claimed_logprobs
+from verifierd.evidence.prompt_logprobs import PromptLogprobsClaim, claimed_prompt_logprobs
 from verifierd.request_sampling import SamplingNotReproducibleError
 from verifierd.serving_flags import VLLM_DEFAULTS, ServingFlags
 from verifierd.verdicts import Reason
@@ -75,6 +76,8 @@ class ChoiceEvidence:
     serving: ServingFlags = VLLM_DEFAULTS
     #: The logprobs the response states for this choice (None: it states none).
     claimed_logprobs: LogprobsClaim | None = None
+    #: The ``prompt_logprobs`` the response states for this choice (None: none).
+    claimed_prompt_logprobs: PromptLogprobsClaim | None = None
 
     @property
     def received(self) -> ReceivedOutput:
@@ -122,6 +125,16 @@ def choice_evidence(
         if api.dialect in (CHAT, COMPLETIONS)
         else {}
     )
+    prompt_logprobs = (
+        claimed_prompt_logprobs(
+            record.response.body,
+            streamed=api.sampling.stream,
+            chat=api.dialect == CHAT,
+            indices=[c.index for c in api.choices],
+        )
+        if api.dialect in (CHAT, COMPLETIONS)
+        else {}
+    )
     fields = request if isinstance(request, dict) else {}
     ignored = ignored_sampling_fields(api.dialect, fields)
     if ignored:
@@ -157,6 +170,7 @@ def choice_evidence(
                 ),
                 serving=serving,
                 claimed_logprobs=logprobs.get(choice.index),
+                claimed_prompt_logprobs=prompt_logprobs.get(choice.index),
             )
         )
     return tuple(out)

@@ -139,7 +139,7 @@ def claimed_logprobs(
     (``tokens`` / ``token_logprobs`` / ``top_logprobs``); ``dialect`` names the
     API in problems. Linear in the body."""
     pieces: dict[int, list[object]] = {}
-    for document in _documents(body, streamed):
+    for document in response_documents(body, streamed):
         choices = document.get("choices") if isinstance(document, dict) else None
         if not isinstance(choices, list):
             continue
@@ -165,7 +165,7 @@ def claimed_logprobs(
     return out
 
 
-def _documents(body: bytes, streamed: bool) -> Iterator[object]:
+def response_documents(body: bytes, streamed: bool) -> Iterator[object]:
     """The JSON documents the client read: the body, or each event's data."""
     if not streamed:
         try:
@@ -193,7 +193,7 @@ def _documents(body: bytes, streamed: bool) -> Iterator[object]:
                 continue  # not a chunk the client could read: no claim in it
 
 
-def _number(value: object, what: str) -> float:
+def claimed_number(value: object, what: str) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise LogprobsClaimError(f"{what} is not a number: {value!r:.40}")
     number = float(value)
@@ -236,12 +236,12 @@ def _chat_part(part: object) -> Iterator[ClaimedPosition]:
             raise LogprobsClaimError(f"logprobs.content[{i}].top_logprobs is not a list")
         yield ClaimedPosition(
             token=_text(entry.get("token"), f"content[{i}].token"),
-            logprob=_number(entry.get("logprob"), f"content[{i}].logprob"),
+            logprob=claimed_number(entry.get("logprob"), f"content[{i}].logprob"),
             token_bytes=_byte_list(entry.get("bytes"), f"content[{i}].bytes"),
             top=tuple(
                 TopEntry(
                     _text(t.get("token"), f"content[{i}].top_logprobs[{j}].token"),
-                    _number(t.get("logprob"), f"content[{i}].top_logprobs[{j}].logprob"),
+                    claimed_number(t.get("logprob"), f"content[{i}].top_logprobs[{j}].logprob"),
                 )
                 for j, t in enumerate(top)
             ),
@@ -270,10 +270,13 @@ def _completions_part(part: object) -> Iterator[ClaimedPosition]:
             raise LogprobsClaimError(f"token_logprobs[{i}] is null beside top_logprobs")
         yield ClaimedPosition(
             token=_text(token, f"tokens[{i}]"),
-            logprob=None if values[i] is None else _number(values[i], f"token_logprobs[{i}]"),
+            logprob=None
+            if values[i] is None
+            else claimed_number(values[i], f"token_logprobs[{i}]"),
             token_bytes=None,
             top=tuple(
-                TopEntry(k, _number(v, f"top_logprobs[{i}][{k!r:.20}]")) for k, v in top.items()
+                TopEntry(k, claimed_number(v, f"top_logprobs[{i}][{k!r:.20}]"))
+                for k, v in top.items()
             ),
         )
 
@@ -318,6 +321,9 @@ class LogprobsComparison:
     verified: tuple[float, ...]
     #: How many of the positions are the echoed prompt's (its tokens 1, 2, ...).
     prompt_positions: int = 0
+    #: How many of the positions, the last ones, are the response's ``prompt_logprobs``
+    #: (prompt tokens 1, 2, ...; `verifierd.evidence.prompt_logprobs`).
+    stated_prompt_positions: int = 0
 
     @property
     def largest(self) -> float:
@@ -325,13 +331,15 @@ class LogprobsComparison:
 
     def over(self, tolerance: float) -> str | None:
         """The evidence of the first position whose deviation exceeds ``tolerance``."""
+        stated_from = len(self.deviations) - self.stated_prompt_positions
         for i, deviation in enumerate(self.deviations):
             if deviation > tolerance:
-                where = (
-                    f"echoed prompt token {i + 1}"
-                    if i < self.prompt_positions
-                    else f"output position {i - self.prompt_positions}"
-                )
+                if i >= stated_from:
+                    where = f"prompt_logprobs entry {i - stated_from + 1}"
+                elif i < self.prompt_positions:
+                    where = f"echoed prompt token {i + 1}"
+                else:
+                    where = f"output position {i - self.prompt_positions}"
                 return (
                     f"logprobs differ at {where} by {deviation:.6g} "
                     f"(tolerance {tolerance:.6g}): token {self.tokens[i]!r} claimed "
@@ -347,6 +355,17 @@ class LogprobsComparison:
             prompt.claimed + self.claimed,
             prompt.verified + self.verified,
             prompt_positions=len(prompt.deviations),
+        )
+
+    def then_stated_prompt(self, stated: LogprobsComparison) -> LogprobsComparison:
+        """This comparison followed by the ``prompt_logprobs`` field's, ``stated``."""
+        return LogprobsComparison(
+            self.deviations + stated.deviations,
+            self.tokens + stated.tokens,
+            self.claimed + stated.claimed,
+            self.verified + stated.verified,
+            prompt_positions=self.prompt_positions,
+            stated_prompt_positions=len(stated.deviations),
         )
 
 
