@@ -42,7 +42,7 @@ from typing import TypeAlias
 
 import lmdb
 from veritap import merkle
-from veritap.envelope import EnvelopeEncoder, entry_hash
+from veritap.envelope import LEAF_HASH_STATE, EnvelopeEncoder
 from veritap.lmdb_env import LmdbEnv, MapGrowthError
 from veritap.note import CheckpointBody, sign_checkpoint
 from veritap.read_gate import MapKeepsGrowingError
@@ -500,44 +500,49 @@ class GroupCommitWriter:
         prepared.requests = requests
         seq = state.seq
         prev = state.hash
-        frontier = state.frontier
-        frontier.completed.clear()
-        append_leaf = frontier.append
         tail = self._encoder.tail(time.time_ns())
         encode = self._encoder.encode_parts
+        leaf_state = LEAF_HASH_STATE.copy
         rows = prepared.rows
         id_rows = prepared.id_rows
         model_rows = prepared.model_rows
-        fresh = prepared.ids
+        leaves: list[bytes] = []
         with (
             self._gate.reading(),
             self._env.begin() as txn,
             txn.cursor(db=self._dbs[Db.BY_RECORD_ID]) as cursor,
         ):
             wanted = [rid for request in requests for rid in request.ids if rid not in inflight]
-            # Record id -> seq key of the entries stored or in flight before this batch.
-            earlier = dict(cursor.getmulti(wanted)) if wanted else {}
-        earlier.update(inflight)
+            # Record id -> seq key of the entries stored, in flight or new before each record.
+            seen = dict(cursor.getmulti(wanted)) if wanted else {}
+        seen.update(inflight)
         for request in requests:
             seqs: list[int] = []
             for payload, header, record_id, model_key in zip(
                 request.payloads, request.headers, request.ids, request.model_keys, strict=True
             ):
-                known = fresh.get(record_id) or earlier.get(record_id)
+                known = seen.get(record_id)
                 if known is not None:
                     seqs.append(layout.read_u64(known))
                     continue
                 seq += 1
                 key = u64(seq)
                 envelope = encode(seq, prev, tail, header, payload)
-                prev = entry_hash(envelope)
-                append_leaf(prev)
+                # entry_hash(envelope), without a call per record.
+                hasher = leaf_state()
+                hasher.update(envelope)
+                prev = hasher.digest()
+                leaves.append(prev)
                 rows.append((key, envelope))
                 id_rows.append((record_id, key))
                 model_rows.append((model_key + key, b""))
-                fresh[record_id] = key
+                seen[record_id] = key
                 seqs.append(seq)
             request.seqs = seqs
+        prepared.ids = dict(id_rows)
+        frontier = state.frontier
+        frontier.completed.clear()
+        frontier.extend(leaves)
         prepared.nodes = list(frontier.completed)
         frontier.completed.clear()
         state.seq = seq

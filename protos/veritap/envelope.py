@@ -122,12 +122,14 @@ def encode_envelope(
     return EnvelopeEncoder(origin, key_id).encode(seq, prev_hash, captured_at_ns, record)
 
 
-_LEAF_PREFIX_STATE = hashlib.sha256(b"\x00")
+#: SHA-256 with the leaf prefix 0x00 absorbed: copy it and update with an envelope to
+#: hash the entry without a 0x00 + envelope copy of a 4 KB envelope. Never update it itself.
+LEAF_HASH_STATE = hashlib.sha256(b"\x00")
 
 
 def entry_hash(envelope: bytes) -> bytes:
     """SHA-256(0x00 || envelope): the entry's chain link and Merkle leaf hash."""
-    h = _LEAF_PREFIX_STATE.copy()  # no 0x00 + envelope copy of a 4 KB envelope
+    h = LEAF_HASH_STATE.copy()
     h.update(envelope)
     return h.digest()
 

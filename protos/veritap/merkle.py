@@ -25,6 +25,9 @@ EMPTY_ROOT = hashlib.sha256(b"").digest()
 
 _LEAF_PREFIX = b"\x00"
 _NODE_PREFIX = b"\x01"
+# SHA-256 with the node prefix already absorbed: a copy and two updates hash a node
+# without joining prefix, left and right into a new buffer first.
+_NODE_STATE = hashlib.sha256(_NODE_PREFIX)
 
 # A completed perfect subtree: (level, index, hash). Level 0 is a leaf; the
 # subtree at (level, index) covers leaves [index << level, (index + 1) << level).
@@ -134,28 +137,34 @@ class Frontier:
 
     def append(self, leaf: bytes) -> None:
         """Add the next leaf hash (already leaf-hashed, 32 bytes)."""
-        n = self._size
-        self._size = n + 1
-        stack = self._hashes
-        if not n & 1:
-            # Half of all appends: the new leaf starts a subtree of its own.
-            stack.append(leaf)
-            return
-        h = leaf
-        level = 0
-        keep = self._keep
-        sha256 = hashlib.sha256
-        while n & 1:
-            h = sha256(b"".join((_NODE_PREFIX, stack.pop(), h))).digest()
-            n >>= 1
-            level += 1
-            if level >= keep:
-                self.completed.append((level, n, h))
-        stack.append(h)
+        self.extend((leaf,))
 
     def extend(self, leaves: Sequence[bytes]) -> None:
+        """Add leaf hashes in order (one call for a batch: the loop is the hot path)."""
+        size = self._size
+        stack = self._hashes
+        push = stack.append
+        pop = stack.pop
+        keep = self._keep
+        completed = self.completed
+        node_state = _NODE_STATE.copy
         for leaf in leaves:
-            self.append(leaf)
+            h = leaf
+            n = size
+            size += 1
+            level = 0
+            # Half of all leaves start a subtree of their own; the rest complete one or more.
+            while n & 1:
+                hasher = node_state()
+                hasher.update(pop())
+                hasher.update(h)
+                h = hasher.digest()
+                n >>= 1
+                level += 1
+                if level >= keep:
+                    completed.append((level, n, h))
+            push(h)
+        self._size = size
 
     def root(self) -> bytes:
         return fold_right(self._hashes)

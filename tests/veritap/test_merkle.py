@@ -286,6 +286,27 @@ def test_frontier_root_is_the_naive_root_at_every_size(data: list[bytes]) -> Non
     assert len(frontier.completed) == sum(len(data) >> level for level in range(1, 8))
 
 
+@given(leaf_data, st.lists(st.integers(min_value=0, max_value=9), min_size=1))
+def test_extending_in_chunks_is_appending_leaf_by_leaf(data: list[bytes], cuts: list[int]) -> None:
+    """`extend` over chunks of any size, from frontiers of any size (the log's batches),
+    gives what single appends give: hashes, size, completed subtrees, naive root."""
+    leaves = [merkle.leaf_hash(item) for item in data]
+    one_by_one = merkle.Frontier(keep_from_level=1)
+    for leaf in leaves:
+        one_by_one.append(leaf)
+    chunked = merkle.Frontier(keep_from_level=1)
+    start = 0
+    for cut in cuts * len(leaves):
+        chunked.extend(leaves[start : start + cut])
+        start += cut
+        if start >= len(leaves):
+            break
+    chunked.extend(leaves[start:])
+    assert chunked == one_by_one
+    assert chunked.completed == one_by_one.completed
+    assert chunked.root() == naive_mth(data)
+
+
 @given(leaf_data, st.data())
 def test_inclusion_proofs_match_naive_and_verify(data: list[bytes], draw: st.DataObject) -> None:
     size = draw.draw(st.integers(1, len(data)))
