@@ -77,6 +77,10 @@ class Cheat(StrEnum):
     #: LOGPROBS_SCALE, the output's left as the server stated them: another model's
     #: scores of the prompt, as a cheaper model would give an evaluation harness.
     RESCALED_PROMPT_LOGPROBS = "rescaled-prompt-logprobs"
+    #: Every value of vLLM's ``prompt_logprobs`` field (chat's at the top of the body,
+    #: completions' in each choice) multiplied by LOGPROBS_SCALE, ids and ranks kept:
+    #: another model's scores of the prompt, in the field a harness may read instead.
+    RESCALED_STATED_PROMPT_LOGPROBS = "rescaled-stated-prompt-logprobs"
 
 
 def cheat_request(cheat: Cheat | None, body: dict[str, Any]) -> dict[str, Any]:
@@ -122,6 +126,11 @@ def cheat_answer(
                 choice["message"]["content"] = (choice["message"]["content"] or "") + EDIT
             else:
                 choice["text"] += EDIT
+    if cheat is Cheat.RESCALED_STATED_PROMPT_LOGPROBS:
+        for holder in [answer, *(answer.get("choices") or [])]:
+            for entry in holder.get("prompt_logprobs") or []:
+                for stated in (entry or {}).values():
+                    stated["logprob"] *= LOGPROBS_SCALE
     if cheat in (Cheat.EDITED_TOOL_ARGUMENTS, Cheat.EDITED_REASONING):
         _edit_responses(cheat, answer)
     if cheat in (Cheat.HIDDEN_SYSTEM_PROMPT, Cheat.REPLAY):

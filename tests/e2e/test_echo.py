@@ -14,6 +14,12 @@ through the cheating proxy answers whose prompt logprobs are another model's
 (rescaled, the output's left as the server stated them) FAIL
 ``logprobs_mismatch`` at an echoed prompt token.
 
+vLLM's ``prompt_logprobs`` response field (asked for with ``extra_body``, chat
+and completions, and stated by default beside the echoed logprobs) is checked
+the same way: honest answers PASS, and through the cheating proxy answers whose
+field is rescaled (ids and ranks kept) FAIL ``logprobs_mismatch`` at a
+``prompt_logprobs`` entry.
+
 Each request names its case in the standard ``user`` field. Needs root for the
 live capture.
 """
@@ -145,3 +151,58 @@ def test_echoed_prompt_logprobs_are_checked(random_pipeline: LivePipeline) -> No
     }, outcomes
     for name in cheats:
         assert "logprobs differ at echoed prompt token" in outcomes[name][2], outcomes[name]
+
+
+def _send_prompt_logprobs(client: OpenAI, prefix: str, headers: dict[str, str]) -> list[str]:
+    """Each ``prompt_logprobs`` case once, named ``prefix + case``."""
+    asked: dict[str, Any] = {
+        "model": MODEL_NAME,
+        "max_tokens": 4,
+        "temperature": 0,
+        "extra_headers": headers,
+        "extra_body": {"prompt_logprobs": 2},
+    }
+    completion = client.completions.create(**asked, prompt=PROMPT, user=prefix + "completions")
+    assert completion.choices[0].model_extra is not None
+    stated = completion.choices[0].model_extra.get("prompt_logprobs")
+    assert stated is not None and stated[0] is None
+    chat = client.chat.completions.create(
+        **asked,
+        messages=[{"role": "user", "content": "Explain what a socket is."}],
+        seed=47,
+        user=prefix + "chat",
+    )
+    assert (chat.model_extra or {}).get("prompt_logprobs") is not None
+    # Stated by default beside the echoed prompt's logprobs.
+    client.completions.create(
+        model=MODEL_NAME,
+        prompt=PROMPT,
+        echo=True,
+        logprobs=1,
+        max_tokens=1,
+        temperature=0,
+        extra_headers=headers,
+        user=prefix + "echo-default",
+    )
+    return [prefix + name for name in ("completions", "chat", "echo-default")]
+
+
+def test_stated_prompt_logprobs_are_checked(random_pipeline: LivePipeline) -> None:
+    with OpenAI(
+        base_url=random_pipeline.honest_url, api_key="e2e", timeout=600, max_retries=0
+    ) as c:
+        honest = _send_prompt_logprobs(c, "honest-plp-", {})
+    with OpenAI(
+        base_url=random_pipeline.cheating_url, api_key="e2e", timeout=600, max_retries=0
+    ) as c:
+        cheats = _send_prompt_logprobs(
+            c, "rescaled-plp-", {CHEAT_HEADER: Cheat.RESCALED_STATED_PROMPT_LOGPROBS.value}
+        )
+    judged = random_pipeline.wait_for([*honest, *cheats])
+    outcomes = {name: (j.status, j.reason, j.detail) for name, j in judged.items()}
+    assert {n: outcomes[n][:2] for n in honest} == {n: ("PASS", "") for n in honest}, outcomes
+    assert {n: outcomes[n][:2] for n in cheats} == {
+        n: ("FAIL", "logprobs_mismatch") for n in cheats
+    }, outcomes
+    for name in cheats:
+        assert "logprobs differ at prompt_logprobs entry" in outcomes[name][2], outcomes[name]

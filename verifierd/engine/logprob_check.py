@@ -22,6 +22,13 @@ logprobs modes their float32 ``log_softmax``), so whatever the request's
 sampling and adjustments. The prompt's deviations join the output's in one
 statistic, judged against the same calibrated tolerance: they come from the
 same logits rows of the same prefill arithmetic as the output's raw values.
+
+vLLM's ``prompt_logprobs`` response field (`verifierd.evidence.prompt_logprobs`)
+is checked against the same prompt pass (`check_prompt_logprobs`): its shape
+against the rendered prompt (else ``prompt_mismatch`` where it names another
+prompt token, ``logprobs_mismatch`` otherwise), its values matched by token id
+and its prompt token's rank measured against the verifier's values; its
+deviations follow the rest in the one statistic, under the same tolerance.
 """
 
 from __future__ import annotations
