@@ -126,6 +126,7 @@ class _Lease:
 _SEQUENCER = "sequencer"
 _WRITER = "writer"
 _Owner: TypeAlias = "_Lease | str"
+_AWAKE = object()
 
 
 class _Job:
@@ -233,6 +234,9 @@ class GroupCommitWriter:
         # Who took work and has not yet published the state it leaves (sequencer or leader).
         self._preparer: _Owner | None = None
         self._slot: _Prepared | None = None
+        # The checkpoint deadline the sequencer sleeps until (None: until notified); _AWAKE
+        # while it is not waiting.
+        self._sequencer_sleeps_until: float | object | None = _AWAKE
         self._generation = 0
         self._committed = state
         self._next = state.copy()
@@ -338,7 +342,11 @@ class GroupCommitWriter:
             self._next = prepared.state
             self._inflight.update(prepared.ids)
             self._preparer = None
-            self._cond.notify_all()
+            # Only the sequencer can act on this, and only on what is queued or on a close
+            # (for the last batch); waking both threads for nothing costs a lone caller
+            # two thread switches a batch.
+            if self._queue or self._closing:
+                self._cond.notify_all()
         interrupt = self._commit(prepared)
         if interrupt is not None:
             raise interrupt
@@ -369,7 +377,9 @@ class GroupCommitWriter:
                     self._preparer = None
                 if self._committer is lease:
                     self._committer = None
-                self._cond.notify_all()
+                # A lone caller's batches leave both threads asleep as they were.
+                if self._slot is not None or self._sequencer_has_work():
+                    self._cond.notify_all()
 
     def close(self) -> None:
         """Finish what is queued, sign a last checkpoint, and stop both threads."""
@@ -388,12 +398,27 @@ class GroupCommitWriter:
             return True
         return time.monotonic() - state.checkpoint_at >= self._checkpoint_interval_s
 
-    def _checkpoint_wait(self) -> float | None:
-        """Seconds until a time-driven checkpoint is due; None when none is pending."""
+    def _checkpoint_deadline(self) -> float | None:
+        """time.monotonic() when a time-driven checkpoint is due; None when none is pending."""
         state = self._next
         if self._signer is None or state.seq <= state.checkpoint_size:
             return None
-        return state.checkpoint_at + self._checkpoint_interval_s - time.monotonic()
+        return state.checkpoint_at + self._checkpoint_interval_s
+
+    def _checkpoint_wait(self) -> float | None:
+        """Seconds until a time-driven checkpoint is due; None when none is pending."""
+        deadline = self._checkpoint_deadline()
+        return None if deadline is None else deadline - time.monotonic()
+
+    def _sequencer_has_work(self) -> bool:
+        """Whether the sequencer, once the roles are free, could act on something it does
+        not already wait for (caller holds the lock): queued work, a close, or a checkpoint
+        deadline other than the one it sleeps until."""
+        return bool(
+            self._queue
+            or self._closing
+            or self._sequencer_sleeps_until != self._checkpoint_deadline()
+        )
 
     def _take(self) -> list[_Request] | _Job:
         """Queued requests up to max_batch records (at least one request), or one job."""
@@ -435,7 +460,11 @@ class GroupCommitWriter:
                             wait = self._checkpoint_wait()
                             if wait is not None and wait <= 0:
                                 break
+                    self._sequencer_sleeps_until = (
+                        None if wait is None else self._checkpoint_deadline()
+                    )
                     self._cond.wait(wait)
+                    self._sequencer_sleeps_until = _AWAKE
                 taken = self._take() if self._queue else []
                 last = self._closing and not self._queue
                 generation = self._generation

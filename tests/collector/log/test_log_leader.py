@@ -300,3 +300,27 @@ def test_an_interrupt_between_a_leaders_steps_leaves_no_role_held(
         assert log.append_many([make_record(10), make_record(11)]) == leaders
         assert log.append(make_record(30)) == 7
     assert_audits_clean(path, signer, head_seq=7)
+
+
+def test_a_lone_callers_time_checkpoint_follows_its_count_checkpoint(
+    tmp_path: Path, signer: Signer
+) -> None:
+    """A leader gives back its roles without waking the threads when nothing changed for
+    them; a leader whose batch moved the checkpoint deadline (its own count-driven
+    checkpoint, then a record after it) wakes the sequencer, which signs the time-driven
+    checkpoint over the last record with no further append."""
+    sizes: list[int] = []
+    covered = threading.Event()
+
+    def on_checkpoint(size: int) -> None:
+        sizes.append(size)
+        if size == 3:
+            covered.set()
+
+    with open_log(tmp_path / "log", signer, checkpoint_every=2, checkpoint_interval_s=0.05) as log:
+        log.add_checkpoint_listener(on_checkpoint)
+        assert log.append_many([make_record(1), make_record(2)]) == [1, 2]
+        assert sizes == [2]
+        assert log.append(make_record(3)) == 3
+        assert covered.wait(HANG_GUARD_S)
+    assert sizes == [2, 3]
