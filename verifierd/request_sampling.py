@@ -53,6 +53,7 @@ from verifierd.structured_outputs import (
     StructuredOutputError,
     StructuredOutputsEngine,
     forces_tool_call,
+    strict_tool_calling_mismatch,
     structured_output,
 )
 from verifierd.verdicts import Reason
@@ -299,6 +300,9 @@ def _structured_output(
     serving: ServingFlags | None,
 ) -> StructuredOutput | None:
     """The request's grammar constraint, read in the raw body's key order."""
+    mismatch = strict_tool_calling_mismatch(params, serving or ServingFlags())
+    if mismatch is not None:
+        raise _refuse(mismatch)
     forced = forces_tool_call(params)
     keys = (*_STRUCTURED, _RESPONSES_STRUCTURED)
     if not forced and not any(params.get(key) is not None for key in keys):

@@ -6,10 +6,12 @@ the tokenizer's), ``--chat-template-content-format`` and
 the client reads with ``--reasoning-parser`` (reasoning split off) and, under
 ``--enable-auto-tool-choice``, ``--tool-call-parser`` (tool calls pulled out
 of the content; ``--tool-strict-level`` may constrain them with a grammar, and
-``--exclude-tools-when-tool-choice-none`` leaves the tools out of the prompt).
-The verifier needs the same flags to rebuild the prompt and the raw output, so
-a commitment carries them (`verifierd.commitments`); a commitment written
-before they existed carries vLLM's defaults.
+``--exclude-tools-when-tool-choice-none`` leaves the tools out of the prompt),
+and reads ``VLLM_ENFORCE_STRICT_TOOL_CALLING`` from its environment (on by
+default: structural tags for tool calls). The verifier needs the same flags
+to rebuild the prompt and the raw output, so a commitment carries them
+(`verifierd.commitments`); a commitment written before they existed carries
+vLLM's defaults.
 """
 
 from __future__ import annotations
@@ -47,6 +49,9 @@ class ServingFlags:
     #: --tool-strict-level: from "function" on, tool calls under tool_choice auto are
     #: constrained by a grammar too.
     tool_strict_level: str = "auto"
+    #: VLLM_ENFORCE_STRICT_TOOL_CALLING in the server's environment (not a flag: vLLM
+    #: reads it once per process, so the verifier's own must agree to replay tools).
+    enforce_strict_tool_calling: bool = True
 
     def __post_init__(self) -> None:
         if self.chat_template_content_format not in CONTENT_FORMATS:
@@ -82,6 +87,7 @@ class ServingFlags:
         reasoning_parser: str | None = None,
         exclude_tools_when_tool_choice_none: bool = False,
         tool_strict_level: str = "auto",
+        enforce_strict_tool_calling: bool = True,
     ) -> ServingFlags:
         """The flags with the chat template kwargs given as a mapping."""
         return cls(
@@ -93,6 +99,7 @@ class ServingFlags:
             reasoning_parser=reasoning_parser,
             exclude_tools_when_tool_choice_none=exclude_tools_when_tool_choice_none,
             tool_strict_level=tool_strict_level,
+            enforce_strict_tool_calling=enforce_strict_tool_calling,
         )
 
     @property
@@ -131,6 +138,7 @@ class ServingFlags:
             "reasoning_parser": str,
             "exclude_tools_when_tool_choice_none": bool,
             "tool_strict_level": str,
+            "enforce_strict_tool_calling": bool,
         }
         for name, value in data.items():
             if not isinstance(value, kinds[name]):

@@ -53,7 +53,9 @@ A tool parser without a structural-tag model (or with
 instead (``ToolParser.adjust_request``, ``get_json_schema_from_tools``: named,
 the function's parameters; required, an array of ``{name, parameters}``); one
 that reads forced calls in its own format (``supports_required_and_named``
-false) gets none.
+false) gets none. vLLM reads that variable from its environment once per
+process, so the commitment records the prover's and a verifier whose own
+differs refuses every request with tools (`strict_tool_calling_mismatch`).
 
 Not replayed (the request stays ``sampler_not_reproducible``): structural tags a
 request sends itself, and a backend other than xgrammar or guidance.
@@ -304,6 +306,25 @@ def forces_tool_call(request: Mapping[str, Any]) -> bool:
     return bool(request.get("tools")) and (choice == "required" or isinstance(choice, dict))
 
 
+def strict_tool_calling_mismatch(request: Mapping[str, Any], serving: ServingFlags) -> str | None:
+    """Why ``request``'s tools cannot be replayed as the prover handled them (None: they
+    can, or the server parses no tools): vLLM reads VLLM_ENFORCE_STRICT_TOOL_CALLING
+    once per process (whether a tool parser builds structural tags, for forced calls
+    and strict tools, and whether it reads forced calls itself), so the verifier's
+    own setting must be the one the commitment records for the prover."""
+    if not request.get("tools") or serving.tool_call_parser is None:
+        return None
+    from vllm import envs
+
+    own = bool(envs.VLLM_ENFORCE_STRICT_TOOL_CALLING)
+    if own == serving.enforce_strict_tool_calling:
+        return None
+    return (
+        "the prover serves tools with VLLM_ENFORCE_STRICT_TOOL_CALLING="
+        f"{int(serving.enforce_strict_tool_calling)}, this verifier runs with {int(own)}"
+    )
+
+
 def tool_choice_params(request: Mapping[str, Any], serving: ServingFlags) -> dict[str, Any] | None:
     """The StructuredOutputsParams fields vLLM's tool parser sets for a request that
     `forces_tool_call` (see the module docstring; None: the parser sets none), or
@@ -314,7 +335,6 @@ def tool_choice_params(request: Mapping[str, Any], serving: ServingFlags) -> dic
             f"tool_choice {json.dumps(request.get('tool_choice'))[:80]} without the "
             "server's tool parser"
         )
-    from vllm import envs
     from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
     from vllm.entrypoints.openai.responses.protocol import ResponsesRequest
     from vllm.exceptions import VLLMError
@@ -335,7 +355,7 @@ def tool_choice_params(request: Mapping[str, Any], serving: ServingFlags) -> dic
             if _responses_tools(request.get("tools"))
             else ChatCompletionRequest.model_validate({"messages": [], **fields})
         )
-        if parser_cls.structural_tag_model is not None and envs.VLLM_ENFORCE_STRICT_TOOL_CALLING:
+        if parser_cls.structural_tag_model is not None and serving.enforce_strict_tool_calling:
             return _structural_tag_params(parsed, parser_cls, serving)
         if not parser_cls.supports_required_and_named:
             return None

@@ -19,6 +19,7 @@ from verifierd.request_sampling import (
     request_sampling,
 )
 from verifierd.samplers import get_profile
+from verifierd.serving_flags import ServingFlags
 from verifierd.verdicts import Reason
 
 SPLITMIX = get_profile("vllm-cpu-splitmix")
@@ -212,3 +213,26 @@ def test_any_adjustment_values_give_adjustments_or_a_reason(extra: dict[str, Any
     a = replay.adjustments
     assert min(a.token_ids(), default=0) >= 0
     assert all(-100 <= b <= 100 for _, b in a.logit_bias)
+
+
+TOOL = {"type": "function", "function": {"name": "lookup", "parameters": {"type": "object"}}}
+
+
+@pytest.mark.parametrize("enforced", [True, False])
+def test_tools_need_the_provers_strict_tool_calling_setting(enforced: bool) -> None:
+    """vLLM reads VLLM_ENFORCE_STRICT_TOOL_CALLING from its environment: requests with
+    tools are replayed only where the commitment's setting is the verifier's own (on)."""
+    serving = ServingFlags.of(
+        enable_auto_tool_choice=True,
+        tool_call_parser="hermes",
+        enforce_strict_tool_calling=enforced,
+    )
+    sampling = params(temperature=1.0, seed=1, extra={"tools": [TOOL], "tool_choice": "auto"})
+    if enforced:
+        request_replay(sampling, NEUTRAL, SPLITMIX, serving=serving)
+        return
+    with pytest.raises(SamplingNotReproducibleError, match="VLLM_ENFORCE_STRICT_TOOL_CALLING=0"):
+        request_replay(sampling, NEUTRAL, SPLITMIX, serving=serving)
+    # Without tools, or on a server that parses none, the setting changes nothing.
+    request_replay(params(temperature=1.0, seed=1), NEUTRAL, SPLITMIX, serving=serving)
+    request_replay(sampling, NEUTRAL, SPLITMIX, serving=ServingFlags())

@@ -23,6 +23,7 @@ TOOLS = ServingFlags.of(
     reasoning_parser="deepseek_r1",
     exclude_tools_when_tool_choice_none=True,
     tool_strict_level="function",
+    enforce_strict_tool_calling=False,
 )
 
 
@@ -48,6 +49,7 @@ def test_flags_round_trip_and_change_the_id(tmp_path: Path) -> None:
         "reasoning_parser": "deepseek_r1",
         "exclude_tools_when_tool_choice_none": True,
         "tool_strict_level": "function",
+        "enforce_strict_tool_calling": False,
     }
     assert parse_commitment(tools.to_json()) == tools
     assert TOOLS.chat_template_kwargs == {"enable_thinking": False}
@@ -62,6 +64,7 @@ def test_flags_round_trip_and_change_the_id(tmp_path: Path) -> None:
         ({"chat_template_content_format": "xml"}, "chat_template_content_format"),
         ({"reasoning_parser": ""}, "must not be empty"),
         ({"tool_strict_level": "strict"}, "tool_strict_level must be one of"),
+        ({"enforce_strict_tool_calling": "0"}, "serving.enforce_strict_tool_calling"),
         ([], "must be a JSON object"),
     ],
 )
@@ -90,6 +93,7 @@ def test_the_commit_command_takes_vllm_s_flags(tmp_path: Path) -> None:
     argv += ["--tool-call-parser", "hermes", "--reasoning-parser", "deepseek_r1"]
     argv += ["--default-chat-template-kwargs", '{"enable_thinking": false}']
     argv += ["--exclude-tools-when-tool-choice-none", "--tool-strict-level", "function"]
+    argv += ["--no-enforce-strict-tool-calling"]
     assert cli_main(argv) == 0
     assert load_commitment(out).serving == TOOLS
     bad = ["commit", str(model), "-o", str(out), "--enable-auto-tool-choice"]

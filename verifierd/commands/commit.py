@@ -102,6 +102,12 @@ def _serving_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--reasoning-parser")
     group.add_argument("--exclude-tools-when-tool-choice-none", action="store_true")
     group.add_argument("--tool-strict-level", choices=TOOL_STRICT_LEVELS, default="auto")
+    group.add_argument(
+        "--enforce-strict-tool-calling",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="VLLM_ENFORCE_STRICT_TOOL_CALLING in the prover's environment (vLLM's default: on)",
+    )
     group.add_argument("--logprobs-mode", choices=LOGPROBS_MODES, default=LOGPROBS_MODES[0])
 
 
@@ -121,6 +127,7 @@ def _serving_flags(args: argparse.Namespace) -> ServingFlags:
         reasoning_parser=args.reasoning_parser,
         exclude_tools_when_tool_choice_none=args.exclude_tools_when_tool_choice_none,
         tool_strict_level=args.tool_strict_level,
+        enforce_strict_tool_calling=args.enforce_strict_tool_calling,
     )
 
 
