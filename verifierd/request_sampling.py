@@ -19,10 +19,11 @@ A structured output (``response_format`` json_object / json_schema,
 body when there is one (a JSON schema's key order is its properties' order in
 the grammar); the engine rebuilds its grammar mask with the commitment's
 backend. One the commitment cannot replay (no backend committed, structural
-tags, another backend) is ``sampler_not_reproducible``. ``tool_choice``
-"required" or a named tool, which vLLM's tool parser constrains with a
-structural tag of the tools, is rebuilt from the request (its raw body when
-kept) with the committed server flags
+tags, another backend) is ``sampler_not_reproducible``. A request with tools,
+which vLLM's tool parser may constrain with a structural tag of the tools
+(``tool_choice`` "required" or a named tool; "auto" under a strict tool or a
+strict server level), is rebuilt from the request (its raw body when kept)
+with the committed server flags
 (`verifierd.structured_outputs.tool_choice_params`).
 
 Every other request parameter is checked against an allowlist: a field this
@@ -55,6 +56,7 @@ from verifierd.structured_outputs import (
     forces_tool_call,
     strict_tool_calling_mismatch,
     structured_output,
+    tool_parser_reads,
 )
 from verifierd.verdicts import Reason
 
@@ -303,9 +305,8 @@ def _structured_output(
     mismatch = strict_tool_calling_mismatch(params, serving or ServingFlags())
     if mismatch is not None:
         raise _refuse(mismatch)
-    forced = forces_tool_call(params)
     keys = (*_STRUCTURED, _RESPONSES_STRUCTURED)
-    if not forced and not any(params.get(key) is not None for key in keys):
+    if not tool_parser_reads(params) and not any(params.get(key) is not None for key in keys):
         return None
     request: Any = params
     if request_json is not None:

@@ -29,18 +29,22 @@ grammar libraries it runs, which a commitment records; `StructuredOutput` is one
 request's constraint as it travels to the engine (verifierd.engine.grammar
 compiles it with vLLM's own backend code and rebuilds the mask per position).
 
-A request with ``tools`` and ``tool_choice`` "required" or a named function is
-constrained too: on a server whose tool parser names a structural-tag model
-(``hermes``: ``structural_tag_model``), vLLM's parser
-(vllm/parser/abstract_parser.py ``_apply_structural_tag``) replaces the
-request's structured outputs with a structural tag built from the tools
-(vllm/tool_parsers/structural_tag_registry.py ``get_model_structural_tag``, at
-the server's ``--tool-strict-level`` raised to the parser's default, one call
-only under ``parallel_tool_calls: false``). `tool_choice_params` builds the
-same tag from the captured request with those functions of the installed
-(committed) vLLM (the tools read as chat's, or as the Responses API's when in
-its shape); the engine checks it against what vLLM's own ``adjust_request``
-makes of the request before scoring with it.
+A request with ``tools`` is constrained too where vLLM's tool parser says so: on
+a server whose tool parser names a structural-tag model (``hermes``:
+``structural_tag_model``), vLLM's parser (vllm/parser/abstract_parser.py
+``_apply_structural_tag``) replaces the request's structured outputs with a
+structural tag built from the tools (vllm/tool_parsers/structural_tag_registry.py
+``get_model_structural_tag``, at the server's ``--tool-strict-level`` raised to
+the parser's default, one call only under ``parallel_tool_calls: false``) for
+``tool_choice`` "required" or a named function, and for "auto" (or none named)
+when the level is ``function`` or ``parameter`` or a tool is ``strict``
+(``resolve_tool_strictness``): text or calls in the tag's envelope, or, beside a
+``response_format`` xgrammar supports, either the calls or that format (an
+``OrFormat``). `tool_choice_params` takes those steps in vLLM's order with the
+same functions of the installed (committed) vLLM on the captured request (the
+tools read as chat's, or as the Responses API's when in its shape); the engine
+checks the result against what vLLM's own ``adjust_request`` makes of the
+request before scoring with it.
 
 On a server with a reasoning parser vLLM's engine applies the grammar only from
 the token after the one that ends the reasoning (the parser's
@@ -58,7 +62,9 @@ process, so the commitment records the prover's and a verifier whose own
 differs refuses every request with tools (`strict_tool_calling_mismatch`).
 
 Not replayed (the request stays ``sampler_not_reproducible``): structural tags a
-request sends itself, and a backend other than xgrammar or guidance.
+request sends itself, the tag of a tool parser that builds its own
+(``get_structural_tag`` overridden: ``hy_v4``), and a backend other than
+xgrammar or guidance.
 """
 
 from __future__ import annotations
@@ -306,6 +312,12 @@ def forces_tool_call(request: Mapping[str, Any]) -> bool:
     return bool(request.get("tools")) and (choice == "required" or isinstance(choice, dict))
 
 
+def tool_parser_reads(request: Mapping[str, Any]) -> bool:
+    """Whether vLLM's tool parser may constrain the request: it has tools and a
+    tool_choice other than "none" (absent: "auto", as both servers read it)."""
+    return bool(request.get("tools")) and request.get("tool_choice") != "none"
+
+
 def strict_tool_calling_mismatch(request: Mapping[str, Any], serving: ServingFlags) -> str | None:
     """Why ``request``'s tools cannot be replayed as the prover handled them (None: they
     can, or the server parses no tools): vLLM reads VLLM_ENFORCE_STRICT_TOOL_CALLING
@@ -326,11 +338,13 @@ def strict_tool_calling_mismatch(request: Mapping[str, Any], serving: ServingFla
 
 
 def tool_choice_params(request: Mapping[str, Any], serving: ServingFlags) -> dict[str, Any] | None:
-    """The StructuredOutputsParams fields vLLM's tool parser sets for a request that
-    `forces_tool_call` (see the module docstring; None: the parser sets none), or
-    StructuredOutputError when they are not rebuilt."""
+    """The StructuredOutputsParams fields of a request that `tool_parser_reads`, as
+    vLLM's tool parser leaves them (see the module docstring; None: no constraint),
+    or StructuredOutputError when they are not rebuilt."""
     parser = serving.tool_call_parser
     if parser is None or not serving.enable_auto_tool_choice:
+        if not forces_tool_call(request):
+            return structured_output_params(request)
         raise StructuredOutputError(
             f"tool_choice {json.dumps(request.get('tool_choice'))[:80]} without the "
             "server's tool parser"
@@ -356,10 +370,12 @@ def tool_choice_params(request: Mapping[str, Any], serving: ServingFlags) -> dic
             else ChatCompletionRequest.model_validate({"messages": [], **fields})
         )
         if parser_cls.structural_tag_model is not None and serving.enforce_strict_tool_calling:
-            return _structural_tag_params(parsed, parser_cls, serving)
-        if not parser_cls.supports_required_and_named:
-            return None
+            tag = _structural_tag_params(request, parsed, parser_cls, serving)
+            if tag is not None:
+                return tag
         # ToolParser.adjust_request: a JSON schema of the calls (named: the arguments).
+        if not parser_cls.supports_required_and_named:
+            return structured_output_params(request)
         schema = get_json_schema_from_tools(
             tool_choice=parsed.tool_choice,
             tools=parsed.tools,
@@ -368,7 +384,7 @@ def tool_choice_params(request: Mapping[str, Any], serving: ServingFlags) -> dic
     except (ValueError, TypeError, KeyError, AttributeError, VLLMError) as exc:
         # (vLLM's own validators index malformed tools: its server fails them too.)
         raise StructuredOutputError(f"vLLM refuses the tools: {exc!r}") from exc
-    return None if schema is None else {"json": schema}
+    return structured_output_params(request) if schema is None else {"json": schema}
 
 
 def _responses_tools(tools: object) -> bool:
@@ -379,31 +395,72 @@ def _responses_tools(tools: object) -> bool:
     )
 
 
-def _structural_tag_params(parsed: Any, parser_cls: Any, serving: ServingFlags) -> dict[str, Any]:
-    """The structural tag of ``Parser._apply_structural_tag`` for a forced tool choice."""
+def _structural_tag_params(
+    request: Mapping[str, Any], parsed: Any, parser_cls: Any, serving: ServingFlags
+) -> dict[str, Any] | None:
+    """``Parser._apply_structural_tag`` step for step, with its vLLM functions: the
+    structural tag that replaces the request's structured outputs (None: the parser
+    leaves them). ``parsed`` is the request as vLLM's request model reads its tools;
+    the caller has checked that the server enforces strict tool calling (without it
+    the parser's ``get_structural_tag`` builds none)."""
+    from openai.types.responses import ToolChoiceCustom, ToolChoiceFunction
+    from vllm.entrypoints.openai.chat_completion.protocol import (
+        ChatCompletionNamedToolChoiceParam,
+    )
+    from vllm.parser.abstract_parser import _xgrammar_supports, structured_outputs_to_format
+    from vllm.sampling_params import StructuredOutputsParams
+    from vllm.tool_parsers.abstract_tool_parser import ToolParser
     from vllm.tool_parsers.structural_tag_registry import (
         get_model_structural_tag,
+        get_structural_tag_tools,
         limit_to_single_tool_call,
+        resolve_tool_strictness,
     )
     from vllm.tool_parsers.tool_strict_level import ToolStrictLevel
+    from xgrammar import StructuralTag
+    from xgrammar.structural_tag import OrFormat
 
+    choice = parsed.tool_choice
+    named = (ChatCompletionNamedToolChoiceParam, ToolChoiceFunction, ToolChoiceCustom)
+    if not (choice in ("auto", "required") or isinstance(choice, named)):
+        return None
+    is_auto = choice == "auto"
+    # A forced call ignores the request's own structured outputs.
+    own = structured_output_params(request) if is_auto else None
+    structured_outputs = None if own is None else StructuredOutputsParams(**own)
+    single_call = parsed.parallel_tool_calls is False
     level = ToolStrictLevel.from_name(serving.tool_strict_level)
     if level == ToolStrictLevel.AUTO and parser_cls.default_tool_strict_level is not None:
         level = parser_cls.default_tool_strict_level
-    single_call = parsed.parallel_tool_calls is False
-    if single_call:
+    if single_call and not (is_auto and structured_outputs is not None):
         level = max(level, ToolStrictLevel.FUNCTION)
+    model = parser_cls.structural_tag_model
+    resolved = resolve_tool_strictness(
+        get_structural_tag_tools(model, parsed.tools, choice), choice, level
+    )
+    output_format = None
+    if resolved and is_auto and structured_outputs is not None:
+        if not _xgrammar_supports(structured_outputs):
+            return None
+        output_format = structured_outputs_to_format(structured_outputs)
+    if resolved is None:
+        return None
+    if parser_cls.get_structural_tag is not ToolParser.get_structural_tag:
+        raise StructuredOutputError(f"tool parser {serving.tool_call_parser!r} builds its own tag")
     tag = get_model_structural_tag(
-        parser_cls.structural_tag_model,
+        model,
         parsed.tools,
-        parsed.tool_choice,
+        # The "auto" tag allows plain text, which the output format's branch covers.
+        "required" if output_format is not None else choice,
         reasoning=False,
         strict_level=level,
     )
     if tag is None:
-        raise StructuredOutputError("vLLM builds no structural tag for the tools")
+        return None
     if single_call:
         limit_to_single_tool_call(tag)
+    if output_format is not None:
+        tag = StructuralTag(format=OrFormat(elements=[tag.format, output_format]))
     return {"structural_tag": json.dumps(tag.model_dump())}
 
 
@@ -418,7 +475,7 @@ def structured_output(
     serving = serving or ServingFlags()
     fields = (
         tool_choice_params(request, serving)
-        if forces_tool_call(request)
+        if tool_parser_reads(request)
         else structured_output_params(request)
     )
     if fields is None:

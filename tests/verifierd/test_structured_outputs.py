@@ -28,6 +28,7 @@ from verifierd.structured_outputs import (
     structured_output,
     structured_output_params,
     tool_choice_params,
+    tool_parser_reads,
 )
 from verifierd.verdicts import Reason
 
@@ -259,7 +260,7 @@ def test_any_forced_tool_choice_gives_a_constraint_or_a_clear_refusal(
     request: dict[str, Any], serving: ServingFlags
 ) -> None:
     tool_choice_params({"tools": [TOOL], "tool_choice": "required"}, HERMES)  # vLLM imported
-    if not forces_tool_call(request):
+    if not tool_parser_reads(request):
         return
     with cpu_bound(budget(len(json.dumps(request)))):
         try:
@@ -267,11 +268,96 @@ def test_any_forced_tool_choice_gives_a_constraint_or_a_clear_refusal(
         except StructuredOutputError as exc:
             assert str(exc)
             return
+    if not forces_tool_call(request):  # auto: a tag or the request's own constraint
+        assert fields is None or len(fields) >= 1
+        return
     if serving is HERMES:
         assert fields is not None and set(fields) == {"structural_tag"}
         assert json.loads(fields["structural_tag"])["type"] == "structural_tag"
     else:
         assert fields is not None and isinstance(fields["json"], dict)
+
+
+STRICT_TOOL = {"type": "function", "function": {**TOOL["function"], "strict": True}}
+#: The same function tool in the Responses API's shape.
+RESPONSES_TOOL = {"type": "function", "name": "f", "parameters": TOOL["function"]["parameters"]}
+AS_JSON = {"type": "json_schema", "json_schema": {"name": "s", "schema": SCHEMA}}
+#: (request fields, --tool-strict-level): tool_choice "auto" (absent or named) that
+#: vLLM's parser constrains with a structural tag.
+AUTO_TAGGED: list[tuple[dict[str, Any], str]] = [
+    ({"tools": [STRICT_TOOL]}, "auto"),
+    ({"tools": [STRICT_TOOL, TOOL], "tool_choice": "auto"}, "auto"),
+    ({"tools": [TOOL]}, "function"),
+    ({"tools": [TOOL]}, "parameter"),
+    ({"tools": [STRICT_TOOL], "parallel_tool_calls": False}, "auto"),
+    ({"tools": [TOOL], "parallel_tool_calls": False}, "function"),
+    ({"tools": [STRICT_TOOL], "response_format": AS_JSON}, "auto"),
+    ({"tools": [TOOL], "response_format": {"type": "json_object"}}, "parameter"),
+    ({"tools": [STRICT_TOOL], "response_format": AS_JSON, "parallel_tool_calls": False}, "auto"),
+    ({"tools": [{**RESPONSES_TOOL, "strict": True}]}, "auto"),
+    ({"tools": [RESPONSES_TOOL]}, "parameter"),
+    (
+        {
+            "tools": [{**RESPONSES_TOOL, "strict": True}],
+            "text": {"format": {"type": "json_schema", "name": "s", "schema": SCHEMA}},
+        },
+        "auto",
+    ),
+]
+#: ... and some it leaves to the request's own constraint (no strict tool at level auto).
+AUTO_UNTAGGED: list[tuple[dict[str, Any], str]] = [
+    ({"tools": [TOOL]}, "auto"),
+    ({"tools": [TOOL], "response_format": AS_JSON}, "auto"),
+    ({"tools": [TOOL], "parallel_tool_calls": False, "response_format": AS_JSON}, "auto"),
+    ({"tools": [STRICT_TOOL], "tool_choice": "none"}, "parameter"),
+    ({"tools": [RESPONSES_TOOL]}, "auto"),
+]
+
+
+def _vllm_adjusted(request: dict[str, Any], serving: ServingFlags) -> Any:
+    """The StructuredOutputsParams vLLM's own parser (``adjust_request``, as its
+    server composes it from the flags) leaves on ``request``."""
+    from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
+    from vllm.entrypoints.openai.responses.protocol import ResponsesRequest
+    from vllm.parser import ParserManager
+
+    parser_cls = ParserManager.get_parser(
+        tool_parser_name=serving.tool_call_parser,
+        enable_auto_tools=serving.enable_auto_tool_choice,
+        tool_strict_level=serving.tool_strict_level,
+    )
+    body = json.loads(json.dumps(request))
+    parsed: Any = (
+        ResponsesRequest.model_validate({"model": "m", "input": "hi", **body})
+        if "function" not in body["tools"][0]
+        else ChatCompletionRequest.model_validate({"model": "m", "messages": MESSAGES, **body})
+    )
+    # Hermes's parser only needs a tokenizer to be given: the constraint reads none.
+    adjusted = parser_cls(object(), parsed.tools).adjust_request(parsed)
+    return adjusted.extract_structured_outputs()
+
+
+@pytest.mark.parametrize(("request_fields", "level"), AUTO_TAGGED + AUTO_UNTAGGED)
+def test_auto_tool_choice_gets_the_constraint_vllms_parser_sets(
+    request_fields: dict[str, Any], level: str
+) -> None:
+    pytest.importorskip("vllm")
+    from vllm.sampling_params import StructuredOutputsParams
+
+    serving = replace(HERMES, tool_strict_level=level)
+    server = _vllm_adjusted(request_fields, serving)
+    constraint = structured_output(request_fields, ENGINE, serving)
+    ours = None if constraint is None else StructuredOutputsParams(**constraint.params())
+    assert ours == server
+    tagged = ours is not None and ours.structural_tag is not None
+    assert tagged == ((request_fields, level) in AUTO_TAGGED)
+
+
+def test_auto_tool_choice_without_strict_tool_calling_keeps_the_requests_constraint() -> None:
+    lax = replace(HERMES, tool_strict_level="parameter", enforce_strict_tool_calling=False)
+    request = {"tools": [STRICT_TOOL], "response_format": AS_JSON}
+    assert tool_choice_params(request, lax) == {"json": SCHEMA}
+    assert tool_choice_params({"tools": [STRICT_TOOL]}, lax) is None
 
 
 def test_commitments_record_the_backend_and_older_files_keep_their_ids(tmp_path: Path) -> None:

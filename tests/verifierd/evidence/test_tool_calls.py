@@ -267,14 +267,54 @@ def test_flags_that_drop_the_tools_or_constrain_the_calls(backend: EngineBackend
     with_tools = render_request(llm, CHAT, none, SERVING).prompts[0]
     without = render_request(llm, CHAT, none, excluding).prompts[0]
     assert without == render_request(llm, CHAT, _plain_body(), SERVING).prompts[0] != with_tools
-    # --tool-strict-level function: tool_choice auto gets a structural-tag grammar too.
+    # --tool-strict-level function: tool_choice auto gets a structural-tag grammar too,
+    # which the verifier rebuilds: an honest answer generated without it is one the
+    # grammar allows (free text, then a call in the tag's envelope).
     strict = replace(SERVING, tool_strict_level="function")
     assert render_request(llm, CHAT, _body(), SERVING).params.structured_outputs is None
     assert render_request(llm, CHAT, _body(), strict).params.structured_outputs is not None
     honest = _honest(backend, SERVING, _body(seed=8))
-    result = _score(backend, honest, replace(honest.evidence, serving=strict))
-    assert result.finding is not None
-    assert result.finding.reason.value == "sampler_not_reproducible"
+    replayed = replace(honest, adjustments=_adjustments(strict, _body(seed=8)))
+    assert replayed.adjustments.structured_output is not None
+    result = _score(backend, replayed, replace(honest.evidence, serving=strict))
+    assert result.finding is None, result.finding
+    assert result.difr.score == 0.0
+
+
+STRICT_TOOL = {"type": "function", "function": {**CHAT_TOOL["function"], "strict": True}}
+
+
+@pytest.mark.parametrize(
+    ("serving", "tools"),
+    [(TOOLS_ONLY, [STRICT_TOOL]), (replace(TOOLS_ONLY, tool_strict_level="parameter"), TOOLS)],
+    ids=["strict-tool", "strict-level"],
+)
+def test_strict_auto_tool_calls_pass_and_other_schemas_or_arguments_fail(
+    backend: EngineBackend, serving: ServingFlags, tools: list[dict[str, Any]]
+) -> None:
+    body = _body(seed=10, tools=tools)
+    adjustments = _adjustments(serving, body)
+    assert adjustments.structured_output is not None
+    assert '"triggered_tags"' in adjustments.structured_output.params()["structural_tag"]
+    honest = _honest(backend, serving, body, adjustments)
+    assert honest.evidence.tool_calls == (ToolCallView("get_weather", '{"city": "Paris"}'),)
+    found = _score(backend, honest, honest.evidence)
+    assert found.finding is None, found.finding
+    assert found.found_ids == honest.output and found.difr.score == 0.0
+    claimed = _score(backend, honest, _claiming(honest))
+    assert claimed.finding is None and claimed.difr.score == 0.0
+    edited = (ToolCallView("get_weather", '{"city": "Rome"}'),)
+    lied = _score(backend, honest, _claiming(honest, tool_calls=edited))
+    assert lied.finding is not None and lied.finding.reason.value == "token_text_mismatch"
+    # The same answer claimed for a request whose strict tool takes a number: vLLM's
+    # grammar would not have let the string through.
+    numeric = {"type": "object", "properties": {"city": {"type": "integer"}}}
+    other = [{"type": "function", "function": {**STRICT_TOOL["function"], "parameters": numeric}}]
+    elsewhere = _body(seed=10, tools=other)
+    replayed = replace(honest, adjustments=_adjustments(serving, elsewhere))
+    wrong = _score(backend, replayed, replace(honest.evidence, request_json=elsewhere))
+    assert wrong.finding is not None and wrong.finding.fails, wrong.finding
+    assert wrong.finding.reason.value == "grammar_violation"
 
 
 def test_parallel_calls_and_their_candidates(backend: EngineBackend) -> None:
