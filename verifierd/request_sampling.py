@@ -21,9 +21,9 @@ the grammar); the engine rebuilds its grammar mask with the commitment's
 backend. One the commitment cannot replay (no backend committed, structural
 tags, another backend) is ``sampler_not_reproducible``. A request with tools,
 which vLLM's tool parser may constrain with a structural tag of the tools
-(``tool_choice`` "required" or a named tool; "auto" under a strict tool or a
-strict server level), is rebuilt from the request (its raw body when kept)
-with the committed server flags
+(``tool_choice`` "required" or a named tool; "auto" under a strict tool, a
+strict server level or ``parallel_tool_calls: false``), is rebuilt from the
+request (its raw body when kept) with the committed server flags
 (`verifierd.structured_outputs.tool_choice_params`).
 
 Every other request parameter is checked against an allowlist: a field this

@@ -38,7 +38,8 @@ structural tag built from the tools (vllm/tool_parsers/structural_tag_registry.p
 the parser's default, one call only under ``parallel_tool_calls: false``) for
 ``tool_choice`` "required" or a named function, and for "auto" (or none named)
 when the level is ``function`` or ``parameter`` or a tool is ``strict``
-(``resolve_tool_strictness``): text or calls in the tag's envelope, or, beside a
+(``resolve_tool_strictness``; ``parallel_tool_calls: false`` without a format
+raises the level to ``function``): text or calls in the tag's envelope, or, beside a
 ``response_format`` xgrammar supports, either the calls or that format (an
 ``OrFormat``). `tool_choice_params` takes those steps in vLLM's order with the
 same functions of the installed (committed) vLLM on the captured request (the

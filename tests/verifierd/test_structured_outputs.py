@@ -291,6 +291,8 @@ AUTO_TAGGED: list[tuple[dict[str, Any], str]] = [
     ({"tools": [TOOL]}, "parameter"),
     ({"tools": [STRICT_TOOL], "parallel_tool_calls": False}, "auto"),
     ({"tools": [TOOL], "parallel_tool_calls": False}, "function"),
+    # One call at most needs the envelope: vLLM raises the level to function.
+    ({"tools": [TOOL], "parallel_tool_calls": False}, "auto"),
     ({"tools": [STRICT_TOOL], "response_format": AS_JSON}, "auto"),
     ({"tools": [TOOL], "response_format": {"type": "json_object"}}, "parameter"),
     ({"tools": [STRICT_TOOL], "response_format": AS_JSON, "parallel_tool_calls": False}, "auto"),
