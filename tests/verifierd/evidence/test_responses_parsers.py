@@ -215,12 +215,15 @@ def test_the_prompt_and_parameters_are_the_servers(backend: EngineBackend) -> No
     # The Hermes parser's adjust_request, in place on the server's request.
     assert request.skip_special_tokens is False and rendered.params.skip_special_tokens is False
     assert rendered.params.structured_outputs is None and rendered.output is not None
-    # A strict tool: vLLM's structural tag even under tool_choice auto (not replayed:
-    # the scorer refuses a grammar it did not rebuild).
+    # A strict tool: vLLM's structural tag even under tool_choice auto, which the
+    # verifier rebuilds.
     strict = _body(tools=[{**TOOLS[0], "strict": True}])
     server_params = _server_request(llm, SERVING, strict)[0].to_sampling_params(40, {})
     constrained = render_request(llm, RESPONSES, strict, SERVING).params.structured_outputs
     assert constrained is not None and constrained == server_params.structured_outputs
+    rebuilt = _adjustments(SERVING, strict).structured_output
+    assert rebuilt is not None
+    assert rebuilt.params() == {"structural_tag": constrained.structural_tag}
     excluding = replace(SERVING, exclude_tools_when_tool_choice_none=True)
     none = _body(tool_choice="none")
     _, _, server_prompt = _server_request(llm, excluding, none)
@@ -327,6 +330,25 @@ def test_forced_function_calls_pass_and_edited_arguments_fail(
     }
     honest = _honest(backend, TOOLS_ONLY, body, adjustments)
     assert honest.raw == HERMES_CALL and honest.evidence.received == ReceivedOutput("", "", (CALL,))
+    found = _score(backend, honest, honest.evidence)
+    assert found.finding is None, found.finding
+    assert found.found_ids == honest.output and found.difr.score == 0.0
+    edited = (ToolCallView("get_weather", '{"city": "Rome"}'),)
+    rome = _score(backend, honest, replace(honest.evidence, tool_calls=edited))
+    assert rome.finding is None and rome.difr.score > 0.05
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["document", "stream"])
+def test_a_strict_function_under_auto_passes_and_edited_arguments_fail(
+    backend: EngineBackend, stream: bool
+) -> None:
+    # The tag lets the reasoning, the sentence and the call through as the model
+    # writes them, after the reasoning as vLLM gates it.
+    body = _body(seed=10, stream=stream, tools=[{**TOOLS[0], "strict": True}])
+    adjustments = _adjustments(SERVING, body)
+    assert adjustments.structured_output is not None
+    honest = _honest(backend, SERVING, body, adjustments)
+    assert honest.evidence.received.tool_calls == (CALL,)
     found = _score(backend, honest, honest.evidence)
     assert found.finding is None, found.finding
     assert found.found_ids == honest.output and found.difr.score == 0.0
