@@ -21,9 +21,12 @@ backtracked or re-scanned). The SSE parser and the readers also get holes
   framing, decoding, SSE), fed the same way in the same run. An input whose
   first timing would rank it among the slowest is timed again and ranked by the
   faster of the two (a burst of another process's load slows one timing, not
-  the input); the 20 slowest kept are re-measured (median of 5; a slow spell
-  can outlast both timings, so more are kept than a parser's slow shapes need)
-  and the worst is reported (target >= 0.1x). Smaller inputs get segments of 1
+  the input); the 20 slowest kept are re-measured (a slow spell can outlast
+  both timings, so more are kept than a parser's slow shapes need) and the
+  worst is reported (target >= 0.1x). Each re-measure is 5 pairs, one round of
+  typical traffic then the input, and an input's ratio is the median of its
+  paired ratios, so that a slow spell of a shared machine slows both sides of
+  a ratio rather than one. Smaller inputs get segments of 1
   to 9000 bytes and count for crashes and hangs only. Each parser's rate on its
   own unmutated seeds is shown for reference.
 
@@ -418,22 +421,35 @@ def own_typical_rate(feed: Feed, large: Sequence[Seed]) -> float:
     return statistics.median(_median_rate(feed, c, d, REMEASURE) for c, d in large)
 
 
-def typical_traffic_rate(rng: random.Random) -> float:
+@dataclass(frozen=True, slots=True)
+class TypicalTraffic:
     """Typical traffic through the HTTP layer: keep-alive connections of bench/capture.py's
     mix, the client side through the request reader and the server side through the
     response reader."""
-    work = 0
-    spent = 0.0
-    for connection in range(TYPICAL_CONNECTIONS):
-        first = connection * CALLS_PER_CONNECTION
-        calls = [typical_call(rng, first + k) for k in range(CALLS_PER_CONNECTION)]
-        for feed, data in (
-            (feed_requests, b"".join(c.request() for c in calls)),
-            (feed_responses, b"".join(c.response() for c in calls)),
-        ):
-            work += len(data)
-            spent += len(data) / _median_rate(feed, "", data, REMEASURE)
-    return work / spent
+
+    parts: tuple[tuple[Feed, bytes], ...]
+
+    @classmethod
+    def build(cls, rng: random.Random) -> TypicalTraffic:
+        parts: list[tuple[Feed, bytes]] = []
+        for connection in range(TYPICAL_CONNECTIONS):
+            first = connection * CALLS_PER_CONNECTION
+            calls = [typical_call(rng, first + k) for k in range(CALLS_PER_CONNECTION)]
+            parts.append((feed_requests, b"".join(c.request() for c in calls)))
+            parts.append((feed_responses, b"".join(c.response() for c in calls)))
+        return cls(tuple(parts))
+
+    def _rate(self, rate_of: Callable[[Feed, bytes], float]) -> float:
+        work = sum(len(data) for _, data in self.parts)
+        return work / sum(len(data) / rate_of(feed, data) for feed, data in self.parts)
+
+    def median_rate(self) -> float:
+        """Each connection's median of rounds, as the headline figure."""
+        return self._rate(lambda feed, data: _median_rate(feed, "", data, REMEASURE))
+
+    def round_rate(self) -> float:
+        """One timing of each connection: the reference side of a paired ratio."""
+        return self._rate(lambda feed, data: _timed(feed, Case("", data, RATE_SEGMENT)))
 
 
 def _hostile() -> list[tuple[str, Feed, Case]]:
@@ -541,13 +557,35 @@ def _rank(parser: Parser, tally: Tally, case: Case, how: str, rate: float) -> No
         heapq.heapreplace(tally.slowest, slow)
 
 
-def worst_rate(feed: Feed, tally: Tally) -> tuple[float, str]:
-    """The slowest kept inputs re-measured (median of rounds); the lowest and how it was made."""
-    worst = (math.inf, "-")
+@dataclass(frozen=True, slots=True)
+class Worst:
+    """A parser's slowest kept input, re-measured against typical traffic."""
+
+    rate: float  # median of its timings, bytes per CPU second
+    vs_typical: float  # median of its paired ratios
+    how: str
+
+
+def paired_ratio(feed: Feed, case: Case, typical: TypicalTraffic) -> tuple[float, float]:
+    """(median rate, median ratio) of ``case`` over rounds each timed right after a round of
+    typical traffic: a slow spell of a shared machine that lasts a pair slows both sides."""
+    rates = []
+    ratios = []
+    for _ in range(REMEASURE):
+        reference = typical.round_rate()
+        rate = _timed(feed, case)
+        rates.append(rate)
+        ratios.append(rate / reference)
+    return statistics.median(rates), statistics.median(ratios)
+
+
+def worst_rate(feed: Feed, tally: Tally, typical: TypicalTraffic) -> Worst:
+    """The slowest kept inputs re-measured in pairs; the lowest ratio and how it was made."""
+    worst = Worst(math.inf, math.inf, "-")
     for slow in tally.slowest:
-        rate = _median_rate(feed, slow.context, slow.data, REMEASURE)
-        if rate < worst[0]:
-            worst = (rate, f"{slow.how} ({len(slow.data) // 1024} KiB)")
+        rate, ratio = paired_ratio(feed, Case(slow.context, slow.data, RATE_SEGMENT), typical)
+        if ratio < worst.vs_typical:
+            worst = Worst(rate, ratio, f"{slow.how} ({len(slow.data) // 1024} KiB)")
     return worst
 
 
@@ -570,13 +608,13 @@ def main() -> int:
     rng = random.Random(args.seed)
     corpus = seeds(rng)
     started = time.process_time()
-    typical = typical_traffic_rate(random.Random(args.seed))
+    traffic = TypicalTraffic.build(random.Random(args.seed))
+    typical = traffic.median_rate()
     rows = []
     for each in PARSERS:
         own = own_typical_rate(each.feed, corpus[each.name][1])
         tally = fuzz(each, corpus[each.name], inputs, rng)
-        worst, how = worst_rate(each.feed, tally)
-        rows.append((each.name, tally, own, worst, how))
+        rows.append((each.name, tally, own, worst_rate(each.feed, tally, traffic)))
         print(f"{each.name}: {tally.inputs:,} inputs done", file=sys.stderr, flush=True)
     total = sum(row[1].inputs for row in rows)
     cpu = time.process_time() - started
@@ -588,11 +626,11 @@ def main() -> int:
         f"{'parser':<17}{'inputs':>10}{'MB':>8}{'crashes':>9}{'hangs':>7}"
         f"{'own seeds MB/s':>16}{'worst MB/s':>12}{'vs typical':>12}  worst input"
     )
-    for name, tally, own, worst, how in rows:
+    for name, tally, own, worst in rows:
         print(
             f"{name:<17}{tally.inputs:>10,}{tally.bytes / 1e6:>8.1f}{tally.crashes:>9}"
-            f"{tally.hangs:>7}{own / 1e6:>16.1f}{worst / 1e6:>12.1f}"
-            f"{worst / typical:>11.2f}x  {how}"
+            f"{tally.hangs:>7}{own / 1e6:>16.1f}{worst.rate / 1e6:>12.1f}"
+            f"{worst.vs_typical:>11.2f}x  {worst.how}"
         )
         for kind in sorted(tally.crash_kinds):
             print(f"    crash: {kind}")
@@ -611,7 +649,7 @@ def main() -> int:
         print(f"{label:<36}{parser_name:<17}{shown}")
     crashes = sum(row[1].crashes for row in rows)
     hangs = sum(row[1].hangs for row in rows)
-    ratio = min(row[3] for row in rows) / typical
+    ratio = min(row[3].vs_typical for row in rows)
     ok = crashes == 0 and hangs == 0 and ratio >= TARGET
     print(
         f"\ncrashes {crashes} (target 0), hangs {hangs} (target 0), "
