@@ -195,6 +195,16 @@ def _honest(
     return Honest(evidence, sampling, tuple(prompt), tuple(output), raw, adjustments)
 
 
+def _assert_honest_passes_and_edited_arguments_fail(backend: EngineBackend, honest: Honest) -> None:
+    """The honest answer scores 0 on the sampler's own ids; Rome for Paris scores over 0.05."""
+    found = _score(backend, honest, honest.evidence)
+    assert found.finding is None, found.finding
+    assert found.found_ids == honest.output and found.difr.score == 0.0
+    edited = (ToolCallView("get_weather", '{"city": "Rome"}'),)
+    rome = _score(backend, honest, replace(honest.evidence, tool_calls=edited))
+    assert rome.finding is None and rome.difr.score > 0.05
+
+
 def test_the_prompt_and_parameters_are_the_servers(backend: EngineBackend) -> None:
     llm = backend._llm
     request, _, prompt = _server_request(llm, SERVING, _body())
@@ -330,12 +340,7 @@ def test_forced_function_calls_pass_and_edited_arguments_fail(
     }
     honest = _honest(backend, TOOLS_ONLY, body, adjustments)
     assert honest.raw == HERMES_CALL and honest.evidence.received == ReceivedOutput("", "", (CALL,))
-    found = _score(backend, honest, honest.evidence)
-    assert found.finding is None, found.finding
-    assert found.found_ids == honest.output and found.difr.score == 0.0
-    edited = (ToolCallView("get_weather", '{"city": "Rome"}'),)
-    rome = _score(backend, honest, replace(honest.evidence, tool_calls=edited))
-    assert rome.finding is None and rome.difr.score > 0.05
+    _assert_honest_passes_and_edited_arguments_fail(backend, honest)
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["document", "stream"])
@@ -349,12 +354,7 @@ def test_a_strict_function_under_auto_passes_and_edited_arguments_fail(
     assert adjustments.structured_output is not None
     honest = _honest(backend, SERVING, body, adjustments)
     assert honest.evidence.received.tool_calls == (CALL,)
-    found = _score(backend, honest, honest.evidence)
-    assert found.finding is None, found.finding
-    assert found.found_ids == honest.output and found.difr.score == 0.0
-    edited = (ToolCallView("get_weather", '{"city": "Rome"}'),)
-    rome = _score(backend, honest, replace(honest.evidence, tool_calls=edited))
-    assert rome.finding is None and rome.difr.score > 0.05
+    _assert_honest_passes_and_edited_arguments_fail(backend, honest)
 
 
 def test_the_grammar_waits_for_the_reasoning_whatever_include_reasoning_says(
