@@ -107,8 +107,8 @@ class _Lease:
     """A caller's claim on the sequencer's and the writer's roles, while it leads.
 
     The roles are given back by identity (`_give_back`), from a `finally` that encloses
-    the claim itself, so an interrupt between any two of the leader's bytecodes cannot
-    leave a role held by a leader that is gone.
+    the claim itself, so an interrupt at any of the leader's steps (a second one while it
+    settles too, `_settle`) cannot leave a role held by a leader that is gone.
     """
 
     __slots__ = ("generation", "inflight", "prepared", "state")
@@ -362,15 +362,7 @@ class GroupCommitWriter:
         that may be rolled back.
         """
         try:
-            if lease.state is not None and not request.done.is_set():
-                interrupted = LogWriteError("the leader was interrupted before its batch settled")
-                if lease.prepared is None:
-                    request.error = interrupted
-                    request.done.set()
-                elif self._landed(lease.prepared):
-                    self._acknowledge(lease.prepared)
-                else:
-                    self._roll_back(lease.prepared, interrupted)
+            interrupt = self._settle(lease, request)
         finally:
             with self._cond:
                 if self._preparer is lease:
@@ -380,6 +372,31 @@ class GroupCommitWriter:
                 # A lone caller's batches leave both threads asleep as they were.
                 if self._slot is not None or self._sequencer_has_work():
                     self._cond.notify_all()
+        if interrupt is not None:
+            raise interrupt
+
+    def _settle(self, lease: _Lease, request: _Request) -> BaseException | None:
+        """Answer a leader's unsettled request: acknowledged if its batch is stored,
+        else rolled back. A second interrupt (KeyboardInterrupt, SystemExit) while it
+        settles is kept and the settling done again (each step may be repeated), so the
+        roles are never given back with the log's state ahead of the disk; the kept
+        interrupt is returned, to be raised once the roles are free."""
+        kept: BaseException | None = None
+        while lease.state is not None and not request.done.is_set():
+            try:
+                interrupted = LogWriteError("the leader was interrupted before its batch settled")
+                if lease.prepared is None:
+                    request.error = interrupted
+                    request.done.set()
+                elif self._landed(lease.prepared):
+                    self._acknowledge(lease.prepared)
+                else:
+                    self._roll_back(lease.prepared, interrupted)
+            except Exception:
+                raise
+            except BaseException as exc:
+                kept = kept or exc
+        return kept
 
     def close(self) -> None:
         """Finish what is queued, sign a last checkpoint, and stop both threads."""
@@ -752,10 +769,11 @@ class GroupCommitWriter:
             self._next = self._committed.copy()
             self._inflight.clear()
             self._last_published = False
-            stale = self._slot
+            # Requeued before the slot is emptied: a rollback interrupted here and done
+            # again requeues it then.
+            if self._slot is not None:
+                self._requeue(self._slot)
             self._slot = None
-            if stale is not None:
-                self._requeue(stale)
             if prepared.last:
                 # Closing, and the last batch failed: nothing may stay queued unanswered.
                 while self._queue:

@@ -302,6 +302,60 @@ def test_an_interrupt_between_a_leaders_steps_leaves_no_role_held(
     assert_audits_clean(path, signer, head_seq=7)
 
 
+@pytest.mark.parametrize("second", ["_landed", "_roll_back", "_requeue"])
+def test_a_second_interrupt_while_a_leader_settles_leaves_the_log_on_the_disks_state(
+    tmp_path: Path, signer: Signer, monkeypatch: pytest.MonkeyPatch, second: str
+) -> None:
+    """The leader is interrupted after it published its batch's state (a second caller's
+    batch sealed on it), then again while it settles that batch (checking the disk,
+    rolling back, requeueing the sealed batch). The settling is finished before the roles
+    are given back: the sealed batch is requeued and lands after what is stored, never
+    chained on the unstored batch, and the log audits clean."""
+    real_commit: Callable[..., object] = GroupCommitWriter._commit
+    real_second = getattr(GroupCommitWriter, second)
+    entered = threading.Event()
+    interrupted: list[str] = []
+
+    def interrupting_commit(self: GroupCommitWriter, *args: object) -> object:
+        if threading.current_thread() is threading.main_thread() and not interrupted:
+            interrupted.append("_commit")
+            entered.set()
+            wait_for(self, lambda: self._slot is not None)
+            raise KeyboardInterrupt
+        return real_commit(self, *args)
+
+    def interrupting_second(self: GroupCommitWriter, *args: object) -> object:
+        if threading.current_thread() is threading.main_thread() and interrupted == ["_commit"]:
+            interrupted.append(second)
+            raise KeyboardInterrupt
+        return real_second(self, *args)
+
+    path = tmp_path / "log"
+    queued: list[list[int]] = []
+    with open_log(path, signer, checkpoint_interval_s=3600, max_batch=3) as log:
+        assert log.append(make_record(1)) == 1
+        monkeypatch.setattr(GroupCommitWriter, "_commit", interrupting_commit)
+        monkeypatch.setattr(GroupCommitWriter, second, interrupting_second)
+
+        def queued_caller() -> None:
+            assert entered.wait(HANG_GUARD_S)
+            queued.append(log.append_many([make_record(20 + k) for k in range(3)]))
+
+        thread = threading.Thread(target=queued_caller, daemon=True)
+        thread.start()
+        with pytest.raises(KeyboardInterrupt):
+            log.append_many([make_record(10), make_record(11)])
+        thread.join(HANG_GUARD_S)
+        assert not thread.is_alive(), "the sealed batch was lost while the leader settled"
+        assert interrupted == ["_commit", second]
+        writer = writer_of(log)
+        wait_for(writer, writer._idle)
+        assert queued == [[2, 3, 4]]
+        assert log.append_many([make_record(10), make_record(11)]) == [5, 6]
+        assert log.append(make_record(30)) == 7
+    assert_audits_clean(path, signer, head_seq=7)
+
+
 def test_a_lone_callers_time_checkpoint_follows_its_count_checkpoint(
     tmp_path: Path, signer: Signer
 ) -> None:
