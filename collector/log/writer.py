@@ -42,7 +42,7 @@ from typing import TypeAlias
 
 import lmdb
 from veritap import merkle
-from veritap.envelope import LEAF_HASH_STATE, EnvelopeEncoder
+from veritap.envelope import EnvelopeEncoder, leaf_hasher
 from veritap.lmdb_env import LmdbEnv, MapGrowthError
 from veritap.note import CheckpointBody, sign_checkpoint
 from veritap.read_gate import MapKeepsGrowingError
@@ -548,7 +548,7 @@ class GroupCommitWriter:
         prev = state.hash
         tail = self._encoder.tail(time.time_ns())
         encode = self._encoder.encode_parts
-        leaf_state = LEAF_HASH_STATE.copy
+        leaf_state = leaf_hasher
         rows = prepared.rows
         id_rows = prepared.id_rows
         model_rows = prepared.model_rows

@@ -122,14 +122,15 @@ def encode_envelope(
     return EnvelopeEncoder(origin, key_id).encode(seq, prev_hash, captured_at_ns, record)
 
 
-#: SHA-256 with the leaf prefix 0x00 absorbed: copy it and update with an envelope to
-#: hash the entry without a 0x00 + envelope copy of a 4 KB envelope. Never update it itself.
-LEAF_HASH_STATE = hashlib.sha256(b"\x00")
+#: A fresh SHA-256 with the leaf prefix 0x00 already absorbed: update it with an envelope
+#: to hash the entry without a 0x00 + envelope copy of a 4 KB envelope. Each call copies a
+#: private state, so no caller can change the prefix every later entry hash starts from.
+leaf_hasher = hashlib.sha256(b"\x00").copy
 
 
 def entry_hash(envelope: bytes) -> bytes:
     """SHA-256(0x00 || envelope): the entry's chain link and Merkle leaf hash."""
-    h = LEAF_HASH_STATE.copy()
+    h = leaf_hasher()
     h.update(envelope)
     return h.digest()
 
