@@ -734,6 +734,15 @@ class GroupCommitWriter:
     def _put(self, txn: lmdb.Transaction[bytes], prepared: _Prepared, state: ChainState) -> int:
         """Write a prepared batch (one putmulti per database keeps the GIL mostly free)."""
         put = txn.put
+        meta = self._dbs[Db.META]
+        if prepared.rows:
+            # Append mode only asks for larger keys: without this a state ahead of the disk
+            # would be stored as a batch chained on entries that were never written.
+            first = layout.read_u64(prepared.rows[0][0])
+            stored = txn.get(MetaKey.HEAD.value, db=meta)
+            head = layout.unpack_head(stored)[0] if stored is not None else 0
+            if first != head + 1:
+                raise LogCorruptError(f"a batch from seq {first} on a stored head of {head}")
         with txn.cursor(db=self._dbs[Db.RECORDS]) as cursor:
             _, added = cursor.putmulti(prepared.rows, append=True)
         if added != len(prepared.rows):
@@ -746,7 +755,6 @@ class GroupCommitWriter:
         tree_db = self._dbs[Db.TREE]
         for level, index, node in prepared.nodes:
             put(layout.tree_key(level, index), node, db=tree_db)
-        meta = self._dbs[Db.META]
         if prepared.rows:
             put(MetaKey.HEAD.value, layout.pack_head(state.seq, state.hash), db=meta)
             put(MetaKey.FRONTIER.value, state.frontier.to_bytes(), db=meta)

@@ -18,7 +18,7 @@ import lmdb
 import pytest
 from veritap.signing import Signer
 
-from collector.log import Log, LogWriteError
+from collector.log import Log, LogCorruptError, LogWriteError
 from collector.log import writer as writer_module
 from collector.log.audit import audit_log
 from collector.log.writer import GroupCommitWriter
@@ -378,3 +378,24 @@ def test_a_lone_callers_time_checkpoint_follows_its_count_checkpoint(
         assert log.append(make_record(3)) == 3
         assert covered.wait(HANG_GUARD_S)
     assert sizes == [2, 3]
+
+
+def test_a_batch_is_never_stored_past_a_gap_after_the_disks_head(
+    tmp_path: Path, signer: Signer
+) -> None:
+    """Whatever left the writer's state ahead of the disk, the write refuses a batch that
+    does not begin right after the stored head (append mode alone would store it, chained
+    on entries never written); the batch is rolled back and the next append lands at the
+    head."""
+    path = tmp_path / "log"
+    with open_log(path, signer, checkpoint_interval_s=3600) as log:
+        assert log.append(make_record(1)) == 1
+        writer = writer_of(log)
+        with writer._cond:
+            ahead = writer._next.copy()
+            ahead.seq += 3
+            writer._next = ahead
+        with pytest.raises(LogCorruptError, match="from seq 5 on a stored head of 1"):
+            log.append(make_record(2))
+        assert log.append(make_record(2)) == 2
+    assert_audits_clean(path, signer, head_seq=2)
