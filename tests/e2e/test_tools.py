@@ -8,9 +8,10 @@ carries the same flags. Honest requests with ``tools`` (``tool_choice`` auto,
 streamed and not, with and without ``return_token_ids``) and without them PASS;
 ``tool_choice`` required and named (vLLM's Hermes parser constrains them with a
 structural tag of the tools, applied after the reasoning: the verifier rebuilds
-it from the captured request and scores within it), streamed and not, PASS too;
-a proxy that edits the tool call's arguments FAILs, in every mode. Needs root
-for the live capture.
+it from the captured request and scores within it), streamed and not, PASS too,
+as does a ``strict`` function tool under auto (vLLM constrains that call with the
+same tag); a proxy that edits the tool call's arguments FAILs, in every mode.
+Needs root for the live capture.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ pytestmark = [
 ]
 
 TOOLS = [CHAT_TOOL]
+STRICT_TOOLS = [{**CHAT_TOOL, "function": {**CHAT_TOOL["function"], "strict": True}}]
 ASK: list[ChatCompletionMessageParam] = [
     {"role": "user", "content": "What is the weather in Paris?"}
 ]
@@ -80,6 +82,9 @@ def test_honest_tool_calls_and_reasoning_pass(tools_pipeline: LivePipeline) -> N
         for _ in _ask(client, "auto-stream+ids", tools=TOOLS, seed=4, stream=True, extra_body=IDS):
             pass
         _ask(client, "reasoning-only", seed=7)
+        strict = _ask(client, "auto-strict", tools=STRICT_TOOLS, seed=18)
+        [strict_call] = strict.choices[0].message.tool_calls or []
+        assert strict_call.function.arguments == '{"city": "Paris"}'
         two_turn: list[ChatCompletionMessageParam] = [
             *ASK,
             {"role": "assistant", "content": "Let me check.", "tool_calls": [call.model_dump()]},
@@ -101,7 +106,7 @@ def test_honest_tool_calls_and_reasoning_pass(tools_pipeline: LivePipeline) -> N
         _ask(client, "named", tools=TOOLS, tool_choice=NAMED, seed=10)
         stream = _ask(client, "named-stream", tools=TOOLS, tool_choice=NAMED, seed=14, stream=True)
         assert _streamed_arguments(stream) == '{"city": "Paris"}'
-    honest = ["auto", "auto+ids", "auto-stream", "auto-stream+ids", "reasoning-only"]
+    honest = ["auto", "auto+ids", "auto-stream", "auto-stream+ids", "reasoning-only", "auto-strict"]
     forced_names = ["required", "required+ids", "required-stream", "named", "named-stream"]
     judged = tools_pipeline.wait_for([*honest, "tool-result", *forced_names])
     assert {n: (judged[n].status, judged[n].detail) for n in honest} == {
@@ -134,6 +139,7 @@ def test_edited_tool_arguments_fail(tools_pipeline: LivePipeline) -> None:
             stream=True,
         )
         assert _streamed_arguments(stream) == '{"city": "Rome"}'
+        _ask(client, "edited-strict", cheat=cheat, tools=STRICT_TOOLS, seed=19)
         _ask(
             client,
             "edited-named+ids",
@@ -144,7 +150,7 @@ def test_edited_tool_arguments_fail(tools_pipeline: LivePipeline) -> None:
             extra_body=IDS,
         )
     names = ["edited", "edited+ids", "edited-stream"]
-    names += ["edited-required", "edited-named-stream", "edited-named+ids"]
+    names += ["edited-required", "edited-named-stream", "edited-named+ids", "edited-strict"]
     judged = tools_pipeline.wait_for(names)
     # Without ids the raw output with Rome is scored (its tokens also disagree with a
     # usage the proxy left alone); with ids they spell Paris.
@@ -155,6 +161,7 @@ def test_edited_tool_arguments_fail(tools_pipeline: LivePipeline) -> None:
         "edited-required": {"score_over_threshold", "usage_mismatch"},
         "edited-named-stream": {"score_over_threshold", "usage_mismatch"},
         "edited-named+ids": {"token_text_mismatch"},
+        "edited-strict": {"score_over_threshold", "usage_mismatch"},
     }
     unexpected = {
         n: (j.status, j.reason, j.detail)
