@@ -27,6 +27,7 @@ live capture.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -132,25 +133,35 @@ def _send_echoed_logprobs(client: OpenAI, prefix: str, headers: dict[str, str]) 
     return [prefix + name for name in ("loglikelihood", "loglikelihood-0", "echo-logprobs-stream")]
 
 
-def test_echoed_prompt_logprobs_are_checked(random_pipeline: LivePipeline) -> None:
-    with OpenAI(
-        base_url=random_pipeline.honest_url, api_key="e2e", timeout=600, max_retries=0
-    ) as c:
-        honest = _send_echoed_logprobs(c, "honest-", {})
-    with OpenAI(
-        base_url=random_pipeline.cheating_url, api_key="e2e", timeout=600, max_retries=0
-    ) as c:
-        cheats = _send_echoed_logprobs(
-            c, "rescaled-prompt-", {CHEAT_HEADER: Cheat.RESCALED_PROMPT_LOGPROBS.value}
-        )
-    judged = random_pipeline.wait_for([*honest, *cheats])
+def _honest_pass_and_cheats_fail(
+    pipeline: LivePipeline,
+    send: Callable[[OpenAI, str, dict[str, str]], list[str]],
+    cheat: Cheat,
+    evidence: str,
+) -> None:
+    """`send`'s requests PASS from the honest server; through the proxy playing `cheat`
+    each FAILs `logprobs_mismatch` with `evidence` in its detail."""
+    with OpenAI(base_url=pipeline.honest_url, api_key="e2e", timeout=600, max_retries=0) as c:
+        honest = send(c, "honest-" + cheat.value + "-", {})
+    with OpenAI(base_url=pipeline.cheating_url, api_key="e2e", timeout=600, max_retries=0) as c:
+        cheats = send(c, cheat.value + "-", {CHEAT_HEADER: cheat.value})
+    judged = pipeline.wait_for([*honest, *cheats])
     outcomes = {name: (j.status, j.reason, j.detail) for name, j in judged.items()}
     assert {n: outcomes[n][:2] for n in honest} == {n: ("PASS", "") for n in honest}, outcomes
     assert {n: outcomes[n][:2] for n in cheats} == {
         n: ("FAIL", "logprobs_mismatch") for n in cheats
     }, outcomes
     for name in cheats:
-        assert "logprobs differ at echoed prompt token" in outcomes[name][2], outcomes[name]
+        assert evidence in outcomes[name][2], outcomes[name]
+
+
+def test_echoed_prompt_logprobs_are_checked(random_pipeline: LivePipeline) -> None:
+    _honest_pass_and_cheats_fail(
+        random_pipeline,
+        _send_echoed_logprobs,
+        Cheat.RESCALED_PROMPT_LOGPROBS,
+        "logprobs differ at echoed prompt token",
+    )
 
 
 def _send_prompt_logprobs(client: OpenAI, prefix: str, headers: dict[str, str]) -> list[str]:
@@ -188,21 +199,9 @@ def _send_prompt_logprobs(client: OpenAI, prefix: str, headers: dict[str, str]) 
 
 
 def test_stated_prompt_logprobs_are_checked(random_pipeline: LivePipeline) -> None:
-    with OpenAI(
-        base_url=random_pipeline.honest_url, api_key="e2e", timeout=600, max_retries=0
-    ) as c:
-        honest = _send_prompt_logprobs(c, "honest-plp-", {})
-    with OpenAI(
-        base_url=random_pipeline.cheating_url, api_key="e2e", timeout=600, max_retries=0
-    ) as c:
-        cheats = _send_prompt_logprobs(
-            c, "rescaled-plp-", {CHEAT_HEADER: Cheat.RESCALED_STATED_PROMPT_LOGPROBS.value}
-        )
-    judged = random_pipeline.wait_for([*honest, *cheats])
-    outcomes = {name: (j.status, j.reason, j.detail) for name, j in judged.items()}
-    assert {n: outcomes[n][:2] for n in honest} == {n: ("PASS", "") for n in honest}, outcomes
-    assert {n: outcomes[n][:2] for n in cheats} == {
-        n: ("FAIL", "logprobs_mismatch") for n in cheats
-    }, outcomes
-    for name in cheats:
-        assert "logprobs differ at prompt_logprobs entry" in outcomes[name][2], outcomes[name]
+    _honest_pass_and_cheats_fail(
+        random_pipeline,
+        _send_prompt_logprobs,
+        Cheat.RESCALED_STATED_PROMPT_LOGPROBS,
+        "logprobs differ at prompt_logprobs entry",
+    )
