@@ -158,6 +158,16 @@ def _claiming(honest: Honest, **changes: Any) -> ChoiceEvidence:
     return replace(claimed, **changes)
 
 
+def _assert_honest_and_its_claim_pass(backend: EngineBackend, honest: Honest) -> None:
+    """The client's view scores 0 on the sampler's own ids, and so does the same answer
+    claimed with those ids."""
+    found = _score(backend, honest, honest.evidence)
+    assert found.finding is None, found.finding
+    assert found.found_ids == honest.output and found.difr.score == 0.0
+    claimed = _score(backend, honest, _claiming(honest))
+    assert claimed.finding is None and claimed.difr.score == 0.0
+
+
 def test_the_committed_template_renders_the_tools(backend: EngineBackend) -> None:
     llm = backend._llm
     with_flags = render_request(llm, CHAT, _body(), SERVING)
@@ -298,11 +308,7 @@ def test_strict_auto_tool_calls_pass_and_other_schemas_or_arguments_fail(
     assert '"triggered_tags"' in adjustments.structured_output.params()["structural_tag"]
     honest = _honest(backend, serving, body, adjustments)
     assert honest.evidence.tool_calls == (ToolCallView("get_weather", '{"city": "Paris"}'),)
-    found = _score(backend, honest, honest.evidence)
-    assert found.finding is None, found.finding
-    assert found.found_ids == honest.output and found.difr.score == 0.0
-    claimed = _score(backend, honest, _claiming(honest))
-    assert claimed.finding is None and claimed.difr.score == 0.0
+    _assert_honest_and_its_claim_pass(backend, honest)
     edited = (ToolCallView("get_weather", '{"city": "Rome"}'),)
     lied = _score(backend, honest, _claiming(honest, tool_calls=edited))
     assert lied.finding is not None and lied.finding.reason.value == "token_text_mismatch"
@@ -359,11 +365,7 @@ def test_forced_tool_calls_pass_and_edited_arguments_fail(
     assert honest.evidence.received == ReceivedOutput(
         "", "", (ToolCallView("get_weather", '{"city": "Paris"}'),)
     )
-    found = _score(backend, honest, honest.evidence)
-    assert found.finding is None, found.finding
-    assert found.found_ids == honest.output and found.difr.score == 0.0
-    claimed = _score(backend, honest, _claiming(honest))
-    assert claimed.finding is None and claimed.difr.score == 0.0
+    _assert_honest_and_its_claim_pass(backend, honest)
     edited = (ToolCallView("get_weather", '{"city": "Rome"}'),)
     rome = _score(backend, honest, replace(honest.evidence, tool_calls=edited))
     assert rome.finding is None and rome.difr.score > 0.05
