@@ -736,18 +736,21 @@ class GroupCommitWriter:
         put = txn.put
         meta = self._dbs[Db.META]
         if prepared.rows:
-            # Append mode only asks for larger keys: without this a state ahead of the disk
-            # would be stored as a batch chained on entries that were never written.
+            # The writer's state is the disk's: append mode only asks for larger keys, so a
+            # state ahead would be stored as a batch chained on entries never written.
             first = layout.read_u64(prepared.rows[0][0])
             stored = txn.get(MetaKey.HEAD.value, db=meta)
             head = layout.unpack_head(stored)[0] if stored is not None else 0
             if first != head + 1:
-                raise LogCorruptError(f"a batch from seq {first} on a stored head of {head}")
+                side = "behind" if first <= head else "ahead of"
+                raise LogCorruptError(
+                    f"a batch from seq {first} on a stored head of {head}: "
+                    f"the writer's state is {side} the disk"
+                )
         with txn.cursor(db=self._dbs[Db.RECORDS]) as cursor:
             _, added = cursor.putmulti(prepared.rows, append=True)
         if added != len(prepared.rows):
-            first = layout.read_u64(prepared.rows[0][0])
-            raise LogCorruptError(f"seqs from {first} on are already stored: the head is stale")
+            raise LogCorruptError("records are stored past the stored head")
         with txn.cursor(db=self._dbs[Db.BY_RECORD_ID]) as cursor:
             cursor.putmulti(prepared.id_rows)
         with txn.cursor(db=self._dbs[Db.BY_MODEL_TIME]) as cursor:
