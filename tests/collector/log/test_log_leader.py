@@ -244,6 +244,26 @@ def test_an_interrupt_after_the_durable_commit_acknowledges_the_batch(
     assert checkpoint_sizes(path) == [2, 3]
 
 
+def _interrupted_leader_beside_a_queued_caller(
+    log: Log, entered: threading.Event
+) -> list[list[int]]:
+    """Lead with records 10 and 11 into the interrupt the patched steps raise, while a
+    second caller appends three records once `entered` is set; what it was answered."""
+    queued: list[list[int]] = []
+
+    def queued_caller() -> None:
+        assert entered.wait(HANG_GUARD_S)
+        queued.append(log.append_many([make_record(20 + k) for k in range(3)]))
+
+    thread = threading.Thread(target=queued_caller, daemon=True)
+    thread.start()
+    with pytest.raises(KeyboardInterrupt):
+        log.append_many([make_record(10), make_record(11)])
+    thread.join(HANG_GUARD_S)
+    assert not thread.is_alive(), "the queued caller was never answered"
+    return queued
+
+
 # Where the interrupt hits the leader: right after it claimed both roles (before preparing),
 # after it published its batch's state (before the write), after the write (before the
 # batch is acknowledged). Each waits until a second caller's records are queued, or sealed
@@ -276,21 +296,10 @@ def test_an_interrupt_between_a_leaders_steps_leaves_no_role_held(
         return real_step(self, *args)
 
     path = tmp_path / "log"
-    queued: list[list[int]] = []
     with open_log(path, signer, checkpoint_interval_s=3600, max_batch=3) as log:
         assert log.append(make_record(1)) == 1
         monkeypatch.setattr(GroupCommitWriter, name, interrupting_step)
-
-        def queued_caller() -> None:
-            assert entered.wait(HANG_GUARD_S)
-            queued.append(log.append_many([make_record(20 + k) for k in range(3)]))
-
-        thread = threading.Thread(target=queued_caller)
-        thread.start()
-        with pytest.raises(KeyboardInterrupt):
-            log.append_many([make_record(10), make_record(11)])
-        thread.join(HANG_GUARD_S)
-        assert not thread.is_alive(), "the queued caller waits on a role nobody holds"
+        queued = _interrupted_leader_beside_a_queued_caller(log, entered)
         assert interrupted == [step]
         writer = writer_of(log)
         wait_for(writer, writer._idle)
@@ -331,22 +340,11 @@ def test_a_second_interrupt_while_a_leader_settles_leaves_the_log_on_the_disks_s
         return real_second(self, *args)
 
     path = tmp_path / "log"
-    queued: list[list[int]] = []
     with open_log(path, signer, checkpoint_interval_s=3600, max_batch=3) as log:
         assert log.append(make_record(1)) == 1
         monkeypatch.setattr(GroupCommitWriter, "_commit", interrupting_commit)
         monkeypatch.setattr(GroupCommitWriter, second, interrupting_second)
-
-        def queued_caller() -> None:
-            assert entered.wait(HANG_GUARD_S)
-            queued.append(log.append_many([make_record(20 + k) for k in range(3)]))
-
-        thread = threading.Thread(target=queued_caller, daemon=True)
-        thread.start()
-        with pytest.raises(KeyboardInterrupt):
-            log.append_many([make_record(10), make_record(11)])
-        thread.join(HANG_GUARD_S)
-        assert not thread.is_alive(), "the sealed batch was lost while the leader settled"
+        queued = _interrupted_leader_beside_a_queued_caller(log, entered)
         assert interrupted == ["_commit", second]
         writer = writer_of(log)
         wait_for(writer, writer._idle)
