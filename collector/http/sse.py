@@ -186,7 +186,9 @@ class SseParser:
                 event_ts = ts_ns
             elif line[:5] == b"data:":
                 data_lines.append(line[6:] if line[5:6] == b" " else line[5:])
-            elif line[0] in _EVENT_OR_ID_INITIAL or line == b"data":
+            elif line == b"data":
+                data_lines.append(b"")
+            elif line[0] in _EVENT_OR_ID_INITIAL:
                 self._field(line)
             # Any other line (a comment, `retry`, an unknown field) changes nothing.
         if last:
@@ -230,9 +232,7 @@ class SseParser:
             name, value = line[:colon], line[colon + 1 :]
             if value[:1] == b" ":
                 value = value[1:]
-        if name == b"data":
-            self._data.append(value)
-        elif name == b"event":
+        if name == b"event":
             self._event = value
         elif name == b"id" and 0 not in value and value != self._last_id_bytes:
             self._last_id_bytes = value
