@@ -365,15 +365,32 @@ class GroupCommitWriter:
             interrupt = self._settle(lease, request)
         finally:
             with self._cond:
-                if self._preparer is lease:
-                    self._preparer = None
-                if self._committer is lease:
-                    self._committer = None
-                # A lone caller's batches leave both threads asleep as they were.
-                if self._slot is not None or self._sequencer_has_work():
-                    self._cond.notify_all()
+                self._free_roles(lease)
         if interrupt is not None:
             raise interrupt
+
+    def _free_roles(self, lease: _Lease) -> None:
+        """Free the roles `lease` still holds and wake both threads when they may act on
+        that (caller holds the lock); a lone caller's batches leave both asleep as they
+        were. An interrupt (KeyboardInterrupt, SystemExit) arriving meanwhile frees the
+        roles and wakes both threads anyway, then goes on: no thread may sleep on roles
+        that are free."""
+        try:
+            self._drop_roles(lease)
+            wanted = self._slot is not None or self._sequencer_has_work()
+        except BaseException:
+            self._drop_roles(lease)
+            self._cond.notify_all()
+            raise
+        if wanted:
+            self._cond.notify_all()
+
+    def _drop_roles(self, lease: _Lease) -> None:
+        """Free the roles `lease` still holds (caller holds the lock)."""
+        if self._preparer is lease:
+            self._preparer = None
+        if self._committer is lease:
+            self._committer = None
 
     def _settle(self, lease: _Lease, request: _Request) -> BaseException | None:
         """Answer a leader's unsettled request: acknowledged if its batch is stored,

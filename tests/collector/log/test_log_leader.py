@@ -354,6 +354,43 @@ def test_a_second_interrupt_while_a_leader_settles_leaves_the_log_on_the_disks_s
     assert_audits_clean(path, signer, head_seq=7)
 
 
+def test_an_interrupt_as_a_leader_gives_back_its_roles_still_wakes_the_sequencer(
+    tmp_path: Path, signer: Signer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A KeyboardInterrupt in the leader's thread just after it freed its roles, while it
+    checks whether the sequencer has work: a caller queued behind the leader's commit
+    (too few records to be sealed before the roles are free) is still sealed and answered,
+    and the interrupt reaches the leader's caller with its batch stored."""
+    real_lead: Callable[..., object] = GroupCommitWriter._lead
+    real_has_work = GroupCommitWriter._sequencer_has_work
+    entered = threading.Event()
+    interrupted: list[str] = []
+
+    def lead_once_a_caller_queued(self: GroupCommitWriter, *args: object) -> object:
+        if threading.current_thread() is threading.main_thread() and not entered.is_set():
+            entered.set()
+            wait_for(self, lambda: self._queued == 3)
+        return real_lead(self, *args)
+
+    def interrupted_has_work(self: GroupCommitWriter) -> bool:
+        if threading.current_thread() is threading.main_thread() and not interrupted:
+            interrupted.append("_sequencer_has_work")
+            raise KeyboardInterrupt
+        return real_has_work(self)
+
+    path = tmp_path / "log"
+    with open_log(path, signer, checkpoint_interval_s=3600) as log:
+        assert log.append(make_record(1)) == 1
+        monkeypatch.setattr(GroupCommitWriter, "_lead", lead_once_a_caller_queued)
+        monkeypatch.setattr(GroupCommitWriter, "_sequencer_has_work", interrupted_has_work)
+        queued = _interrupted_leader_beside_a_queued_caller(log, entered)
+        assert interrupted == ["_sequencer_has_work"]
+        assert queued == [[4, 5, 6]]
+        assert log.append_many([make_record(10), make_record(11)]) == [2, 3]
+        assert log.append(make_record(30)) == 7
+    assert_audits_clean(path, signer, head_seq=7)
+
+
 def test_a_lone_callers_time_checkpoint_follows_its_count_checkpoint(
     tmp_path: Path, signer: Signer
 ) -> None:
