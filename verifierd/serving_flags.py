@@ -8,8 +8,10 @@ the client reads with ``--reasoning-parser`` (reasoning split off) and, under
 of the content; ``--tool-strict-level`` may constrain them with a grammar, and
 ``--exclude-tools-when-tool-choice-none`` leaves the tools out of the prompt),
 and reads ``VLLM_ENFORCE_STRICT_TOOL_CALLING`` from its environment (on by
-default: structural tags for tool calls). The verifier needs the same flags
-to rebuild the prompt and the raw output, so a commitment carries them
+default: structural tags for tool calls). ``--max-logprobs`` bounds the
+logprobs a request may ask for (vLLM refuses more). The verifier needs the
+same flags to rebuild the prompt and the raw output and to refuse what the
+server refuses, so a commitment carries them
 (`verifierd.commitments`); a commitment written before they existed carries
 vLLM's defaults.
 """
@@ -52,6 +54,9 @@ class ServingFlags:
     #: VLLM_ENFORCE_STRICT_TOOL_CALLING in the server's environment (not a flag: vLLM
     #: reads it once per process, so the verifier's own must agree to replay tools).
     enforce_strict_tool_calling: bool = True
+    #: --max-logprobs: the most ``logprobs`` / ``top_logprobs`` / ``prompt_logprobs`` a
+    #: request may ask for (-1: the vocabulary, so -1 too).
+    max_logprobs: int = 20
 
     def __post_init__(self) -> None:
         if self.chat_template_content_format not in CONTENT_FORMATS:
@@ -72,6 +77,8 @@ class ServingFlags:
         if self.enable_auto_tool_choice and not self.tool_call_parser:
             # vLLM refuses to start with one and not the other.
             raise ServingFlagsError("enable_auto_tool_choice needs a tool_call_parser")
+        if isinstance(self.max_logprobs, bool) or self.max_logprobs < -1:
+            raise ServingFlagsError(f"max_logprobs must be -1 or more: {self.max_logprobs!r}")
         if "" in (self.tool_call_parser, self.reasoning_parser, self.chat_template):
             raise ServingFlagsError("a parser name or chat template must not be empty")
 
@@ -88,6 +95,7 @@ class ServingFlags:
         exclude_tools_when_tool_choice_none: bool = False,
         tool_strict_level: str = "auto",
         enforce_strict_tool_calling: bool = True,
+        max_logprobs: int = 20,
     ) -> ServingFlags:
         """The flags with the chat template kwargs given as a mapping."""
         return cls(
@@ -100,7 +108,15 @@ class ServingFlags:
             exclude_tools_when_tool_choice_none=exclude_tools_when_tool_choice_none,
             tool_strict_level=tool_strict_level,
             enforce_strict_tool_calling=enforce_strict_tool_calling,
+            max_logprobs=max_logprobs,
         )
+
+    @property
+    def most_listed(self) -> int | None:
+        """The most entries vLLM's server lists at one position of a logprobs field
+        (the best ``max_logprobs`` and the sampled or prompt token); None when it
+        lists the whole vocabulary (``max_logprobs`` -1)."""
+        return None if self.max_logprobs == -1 else self.max_logprobs + 1
 
     @property
     def chat_template_kwargs(self) -> dict[str, Any]:
@@ -139,9 +155,12 @@ class ServingFlags:
             "exclude_tools_when_tool_choice_none": bool,
             "tool_strict_level": str,
             "enforce_strict_tool_calling": bool,
+            "max_logprobs": int,
         }
         for name, value in data.items():
-            if not isinstance(value, kinds[name]):
+            # A JSON true is a Python int too: only a bool flag takes it.
+            bool_as_number = isinstance(value, bool) and kinds[name] is not bool
+            if not isinstance(value, kinds[name]) or bool_as_number:
                 raise ServingFlagsError(f"serving.{name}: unexpected value {value!r}")
         return cls.of(**data)
 

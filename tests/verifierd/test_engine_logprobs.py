@@ -30,10 +30,11 @@ from tests.verifierd.logprobs_reference import chat_claim, mode_values, model_lo
 from verifierd.calibration import logprobs_tolerance_floor
 from verifierd.difr import SamplingSettings
 from verifierd.engine.backend import EngineBackend, EngineSpec, ScoreRequest
-from verifierd.evidence.client_view import CHAT, ChoiceEvidence
+from verifierd.evidence.client_view import CHAT, COMPLETIONS, ChoiceEvidence
 from verifierd.evidence.logprobs import FLOOR, ClaimedPosition, LogprobsClaim, TopEntry
-from verifierd.evidence.vllm_views import render_request
+from verifierd.evidence.vllm_views import RenderError, render_request
 from verifierd.logit_adjustments import NEUTRAL, LogitAdjustments
+from verifierd.serving_flags import VLLM_DEFAULTS
 from verifierd.tiny_model import TinyModelSpec
 
 pytestmark = [pytest.mark.vllm, MAY_TRAIN]
@@ -208,3 +209,66 @@ def test_a_mode_the_rows_do_not_determine_checks_the_shape_only(engine: Engine) 
     )
     [result] = engine.backend.score([request], PROFILE, 10.0)
     assert result.finding is not None and result.finding.reason.value == "logprobs_mismatch"
+
+
+#: (dialect, the request's logprobs fields, sample logprobs k, prompt logprobs k) as
+#: vLLM's request models turn them into SamplingParams.
+BOUNDED = {
+    "chat-0": (CHAT, {"logprobs": True, "top_logprobs": 0}, 0, None),
+    "chat-1": (CHAT, {"logprobs": True, "top_logprobs": 1}, 1, None),
+    "chat-20": (CHAT, {"logprobs": True, "top_logprobs": 20}, 20, None),
+    "chat-21": (CHAT, {"logprobs": True, "top_logprobs": 21}, 21, None),
+    "chat-all": (CHAT, {"logprobs": True, "top_logprobs": -1}, -1, None),
+    "chat-prompt-20": (CHAT, {"prompt_logprobs": 20}, None, 20),
+    "chat-prompt-all": (CHAT, {"prompt_logprobs": -1}, None, -1),
+    "completions-20": (COMPLETIONS, {"logprobs": 20}, 20, None),
+    "completions-21": (COMPLETIONS, {"logprobs": 21}, 21, None),
+    "completions-prompt-0": (COMPLETIONS, {"prompt_logprobs": 0}, None, 0),
+    "completions-prompt-21": (COMPLETIONS, {"prompt_logprobs": 21}, None, 21),
+    # echo asks for prompt logprobs as many as logprobs.
+    "completions-echo-21": (COMPLETIONS, {"echo": True, "logprobs": 21}, 21, 21),
+}
+
+
+def _refused_by_the_engine(llm: Any, logprobs: int | None, prompt_logprobs: int | None) -> bool:
+    """Whether vLLM's own engine (started with the default --max-logprobs, as this
+    one is) refuses sampling parameters asking for these logprobs."""
+    from vllm import SamplingParams
+    from vllm.exceptions import VLLMValidationError
+
+    params = SamplingParams(max_tokens=1, logprobs=logprobs, prompt_logprobs=prompt_logprobs)
+    try:
+        llm.generate([{"prompt_token_ids": [1, 2, 3]}], [params], use_tqdm=False)
+    except VLLMValidationError:
+        return True
+    return False
+
+
+def _renders(llm: Any, dialect: str, fields: dict[str, Any], max_logprobs: int) -> bool:
+    body = {"model": "tiny", "max_tokens": 2, "temperature": 0, **fields}
+    if dialect == CHAT:
+        body["messages"] = [{"role": "user", "content": "Explain what a socket is."}]
+    else:
+        body["prompt"] = "def parse(data):"
+    serving = replace(VLLM_DEFAULTS, max_logprobs=max_logprobs)
+    try:
+        render_request(llm, dialect, json.dumps(body), serving)
+    except RenderError as exc:
+        assert f"--max-logprobs {max_logprobs}" in str(exc)
+        return False
+    return True
+
+
+@pytest.mark.parametrize("name", sorted(BOUNDED))
+def test_the_logprobs_a_server_refuses_are_not_rendered(engine: Engine, name: str) -> None:
+    """A request asking for more logprobs than the prover's --max-logprobs is one its
+    server refuses: a response to it is not replayed. Under vLLM's default bound the
+    oracle is vLLM's own engine; -1 lifts the bound to the vocabulary."""
+    dialect, fields, logprobs, prompt_logprobs = BOUNDED[name]
+    llm = engine.backend._llm
+    refused = _refused_by_the_engine(llm, logprobs, prompt_logprobs)
+    assert refused == (name.endswith(("-21", "-all")))
+    assert _renders(llm, dialect, fields, VLLM_DEFAULTS.max_logprobs) is not refused
+    assert _renders(llm, dialect, fields, -1)
+    # A server started with --max-logprobs 21 serves 21, not the whole vocabulary.
+    assert _renders(llm, dialect, fields, 21) is not name.endswith("-all")

@@ -24,6 +24,7 @@ TOOLS = ServingFlags.of(
     exclude_tools_when_tool_choice_none=True,
     tool_strict_level="function",
     enforce_strict_tool_calling=False,
+    max_logprobs=-1,
 )
 
 
@@ -50,6 +51,7 @@ def test_flags_round_trip_and_change_the_id(tmp_path: Path) -> None:
         "exclude_tools_when_tool_choice_none": True,
         "tool_strict_level": "function",
         "enforce_strict_tool_calling": False,
+        "max_logprobs": -1,
     }
     assert parse_commitment(tools.to_json()) == tools
     assert TOOLS.chat_template_kwargs == {"enable_thinking": False}
@@ -65,6 +67,9 @@ def test_flags_round_trip_and_change_the_id(tmp_path: Path) -> None:
         ({"reasoning_parser": ""}, "must not be empty"),
         ({"tool_strict_level": "strict"}, "tool_strict_level must be one of"),
         ({"enforce_strict_tool_calling": "0"}, "serving.enforce_strict_tool_calling"),
+        ({"max_logprobs": -2}, "max_logprobs must be -1 or more"),
+        ({"max_logprobs": True}, "serving.max_logprobs"),
+        ({"max_logprobs": 2.5}, "serving.max_logprobs"),
         ([], "must be a JSON object"),
     ],
 )
@@ -93,7 +98,7 @@ def test_the_commit_command_takes_vllm_s_flags(tmp_path: Path) -> None:
     argv += ["--tool-call-parser", "hermes", "--reasoning-parser", "deepseek_r1"]
     argv += ["--default-chat-template-kwargs", '{"enable_thinking": false}']
     argv += ["--exclude-tools-when-tool-choice-none", "--tool-strict-level", "function"]
-    argv += ["--no-enforce-strict-tool-calling"]
+    argv += ["--no-enforce-strict-tool-calling", "--max-logprobs", "-1"]
     assert cli_main(argv) == 0
     assert load_commitment(out).serving == TOOLS
     bad = ["commit", str(model), "-o", str(out), "--enable-auto-tool-choice"]
@@ -118,3 +123,9 @@ def test_any_serving_entry_loads_or_is_refused_cleanly(entry: object) -> None:
         except ServingFlagsError:
             return
     assert ServingFlags.from_json(flags.to_json()) == flags
+
+
+def test_the_most_a_position_lists_follows_max_logprobs() -> None:
+    assert VLLM_DEFAULTS.most_listed == 21
+    assert ServingFlags(max_logprobs=0).most_listed == 1
+    assert ServingFlags(max_logprobs=-1).most_listed is None

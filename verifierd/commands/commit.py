@@ -31,6 +31,7 @@ from verifierd.errors import VerifierdError
 from verifierd.serving_flags import (
     CONTENT_FORMATS,
     TOOL_STRICT_LEVELS,
+    VLLM_DEFAULTS,
     ServingFlags,
     ServingFlagsError,
 )
@@ -108,6 +109,12 @@ def _serving_arguments(parser: argparse.ArgumentParser) -> None:
         default=True,
         help="VLLM_ENFORCE_STRICT_TOOL_CALLING in the prover's environment (vLLM's default: on)",
     )
+    group.add_argument(
+        "--max-logprobs",
+        type=int,
+        default=VLLM_DEFAULTS.max_logprobs,
+        help="the most logprobs a request may ask for (-1: the vocabulary)",
+    )
     group.add_argument("--logprobs-mode", choices=LOGPROBS_MODES, default=LOGPROBS_MODES[0])
 
 
@@ -128,6 +135,7 @@ def _serving_flags(args: argparse.Namespace) -> ServingFlags:
         exclude_tools_when_tool_choice_none=args.exclude_tools_when_tool_choice_none,
         tool_strict_level=args.tool_strict_level,
         enforce_strict_tool_calling=args.enforce_strict_tool_calling,
+        max_logprobs=args.max_logprobs,
     )
 
 

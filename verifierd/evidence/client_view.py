@@ -121,6 +121,7 @@ def choice_evidence(
             record.response.body,
             streamed=api.sampling.stream,
             chat=api.dialect == CHAT,
+            most_listed=serving.most_listed,
         )
         if api.dialect in (CHAT, COMPLETIONS)
         else {}
@@ -131,6 +132,7 @@ def choice_evidence(
             streamed=api.sampling.stream,
             chat=api.dialect == CHAT,
             indices=[c.index for c in api.choices],
+            most_listed=serving.most_listed,
         )
         if api.dialect in (CHAT, COMPLETIONS)
         else {}

@@ -54,13 +54,17 @@ import itertools
 import json
 import math
 import re
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence, Sized
 from dataclasses import dataclass
+
+from verifierd.serving_flags import VLLM_DEFAULTS
 
 #: vLLM's floor for a reported value.
 FLOOR = -9999.0
-#: The most top entries vLLM serves by default (``--max-logprobs``).
-MAX_TOP = 20
+#: The most best tokens a verifier pass records per position: vLLM's default
+#: ``--max-logprobs``. A claim of a server started with a higher bound lists more; those
+#: below the recorded ones are compared with the lowest recorded value.
+MAX_TOP = VLLM_DEFAULTS.max_logprobs
 _REPLACEMENT = "\ufffd"
 _LINE_END = re.compile("\r\n|\r|\n")
 
@@ -129,7 +133,7 @@ class LogprobsClaimError(ValueError):
 
 
 def claimed_logprobs(
-    dialect: str, body: bytes, streamed: bool, chat: bool
+    dialect: str, body: bytes, streamed: bool, chat: bool, most_listed: int | None = None
 ) -> dict[int, LogprobsClaim]:
     """Each choice's logprobs claim by choice index (choices without logprobs, and a
     body that is not JSON, claim nothing). A choice whose logprobs do not read as
@@ -137,7 +141,9 @@ def claimed_logprobs(
 
     ``chat`` selects the chat form (``logprobs.content``) over completions'
     (``tokens`` / ``token_logprobs`` / ``top_logprobs``); ``dialect`` names the
-    API in problems. Linear in the body."""
+    API in problems. A position listing more than ``most_listed`` top entries (the
+    server's bound, `verifierd.serving_flags.ServingFlags.most_listed`) is a problem,
+    found before its entries are read. Linear in the body."""
     pieces: dict[int, list[object]] = {}
     for document in response_documents(body, streamed):
         choices = document.get("choices") if isinstance(document, dict) else None
@@ -155,7 +161,11 @@ def claimed_logprobs(
     for index, parts in pieces.items():
         try:
             positions = tuple(
-                p for part in parts for p in (_chat_part(part) if chat else _completions_part(part))
+                p
+                for part in parts
+                for p in (
+                    _chat_part(part, most_listed) if chat else _completions_part(part, most_listed)
+                )
             )
             if not chat:
                 _check_text_offsets(parts)
@@ -218,7 +228,14 @@ def _byte_list(value: object, what: str) -> tuple[int, ...] | None:
     return tuple(value)
 
 
-def _chat_part(part: object) -> Iterator[ClaimedPosition]:
+def _listed(top: Sized, at: int, most_listed: int | None) -> None:
+    if most_listed is not None and len(top) > most_listed:
+        raise LogprobsClaimError(
+            f"entry {at} lists {len(top)} top_logprobs; the server lists at most {most_listed}"
+        )
+
+
+def _chat_part(part: object, most_listed: int | None) -> Iterator[ClaimedPosition]:
     if not isinstance(part, dict):
         raise LogprobsClaimError("logprobs is not an object")
     content = part.get("content")
@@ -234,6 +251,7 @@ def _chat_part(part: object) -> Iterator[ClaimedPosition]:
             top = []
         if not isinstance(top, list) or not all(isinstance(t, dict) for t in top):
             raise LogprobsClaimError(f"logprobs.content[{i}].top_logprobs is not a list")
+        _listed(top, i, most_listed)
         yield ClaimedPosition(
             token=_text(entry.get("token"), f"content[{i}].token"),
             logprob=claimed_number(entry.get("logprob"), f"content[{i}].logprob"),
@@ -248,7 +266,7 @@ def _chat_part(part: object) -> Iterator[ClaimedPosition]:
         )
 
 
-def _completions_part(part: object) -> Iterator[ClaimedPosition]:
+def _completions_part(part: object, most_listed: int | None) -> Iterator[ClaimedPosition]:
     if not isinstance(part, dict):
         raise LogprobsClaimError("logprobs is not an object")
     tokens = part.get("tokens") or []
@@ -268,6 +286,7 @@ def _completions_part(part: object) -> Iterator[ClaimedPosition]:
             raise LogprobsClaimError(f"top_logprobs[{i}] is not an object")
         if values[i] is None and top:
             raise LogprobsClaimError(f"token_logprobs[{i}] is null beside top_logprobs")
+        _listed(top, i, most_listed)
         yield ClaimedPosition(
             token=_text(token, f"tokens[{i}]"),
             logprob=None

@@ -75,11 +75,18 @@ class PromptLogprobsClaim:
 
 
 def claimed_prompt_logprobs(
-    body: bytes, streamed: bool, chat: bool, indices: Iterable[int]
+    body: bytes,
+    streamed: bool,
+    chat: bool,
+    indices: Iterable[int],
+    most_listed: int | None = None,
 ) -> dict[int, PromptLogprobsClaim]:
     """The ``prompt_logprobs`` each choice index of ``indices`` is stated with (chat:
     the body's, for every choice; completions: each choice's own). Choices the field
-    is absent or ``null`` for claim nothing; a stream's statements are joined in order."""
+    is absent or ``null`` for claim nothing; a stream's statements are joined in order.
+    A position listing more than ``most_listed`` tokens (the server's bound,
+    `verifierd.serving_flags.ServingFlags.most_listed`) is a problem, found before
+    its entries are read."""
     shared: list[object] = []
     by_choice: dict[int, list[object]] = {}
     for document in response_documents(body, streamed):
@@ -100,27 +107,31 @@ def claimed_prompt_logprobs(
     for index in indices:
         parts = shared if chat else by_choice.get(index, [])
         if parts:
-            out[index] = _read(parts)
+            out[index] = _read(parts, most_listed)
     return out
 
 
-def _read(parts: Sequence[object]) -> PromptLogprobsClaim:
+def _read(parts: Sequence[object], most_listed: int | None) -> PromptLogprobsClaim:
     try:
         positions: list[tuple[StatedLogprob, ...] | None] = []
         for part in parts:
             if not isinstance(part, list):
                 raise LogprobsClaimError("prompt_logprobs is not a list")
-            positions.extend(_position(entry, len(positions)) for entry in part)
+            positions.extend(_position(entry, len(positions), most_listed) for entry in part)
         return PromptLogprobsClaim(tuple(positions))
     except LogprobsClaimError as exc:
         return PromptLogprobsClaim((), f"prompt_logprobs: {exc}")
 
 
-def _position(entry: object, at: int) -> tuple[StatedLogprob, ...] | None:
+def _position(entry: object, at: int, most_listed: int | None) -> tuple[StatedLogprob, ...] | None:
     if entry is None:
         return None
     if not isinstance(entry, dict):
         raise LogprobsClaimError(f"entry {at} is not an object")
+    if most_listed is not None and len(entry) > most_listed:
+        raise LogprobsClaimError(
+            f"entry {at} lists {len(entry)} tokens; the server lists at most {most_listed}"
+        )
     stated = []
     for key, value in entry.items():
         if not isinstance(key, str) or not key.isdecimal() or not key.isascii():

@@ -10,7 +10,9 @@ the verifier renders and detokenizes exactly as the prover's server does:
   (``build_chat_params``, ``build_tok_params``: chat template, generation
   prompt, content parts and their format, ``add_special_tokens``,
   ``chat_template_kwargs``, ``continue_final_message``, tools); its
-  ``SamplingParams`` come from the request's own ``to_sampling_params``; with
+  ``SamplingParams`` come from the request's own ``to_sampling_params``,
+  refused as the prover's engine refuses them under its committed
+  ``--max-logprobs`` (the verifier's own engine serves every row); with
   ``echo``, the text vLLM's server puts before each choice's output
   (`RenderedRequest.echoed`, split off by `verifierd.evidence.echo`), whether
   the choice's logprobs begin with the echoed prompt's (``echoed_top``) and
@@ -110,7 +112,7 @@ def render_request(
         if dialect == CHAT:
             return _render_chat(llm, ChatCompletionRequest.model_validate(body), serving)
         if dialect == COMPLETIONS:
-            return _render_completion(llm, CompletionRequest.model_validate(body))
+            return _render_completion(llm, CompletionRequest.model_validate(body), serving)
         if dialect == RESPONSES:
             return _render_responses(llm, ResponsesRequest.model_validate(body), serving)
         if dialect == MESSAGES:
@@ -204,7 +206,7 @@ def _rendered(
     from verifierd.evidence.output_parsing import OutputParser
 
     prompt = tuple(int(i) for i in engine_input["prompt_token_ids"])
-    params = request.to_sampling_params(_room(llm, len(prompt), requested), {})
+    params = _served_params(llm, request, _room(llm, len(prompt), requested), serving)
     output = None
     if parser_cls is not None:
         output = OutputParser(
@@ -322,7 +324,7 @@ def _messages_as_chat(llm: Any, request: Any, serving: ServingFlags) -> Any:
     return AnthropicServingMessages.to_chat_completion_request(request, merge_inline_system=merge)
 
 
-def _render_completion(llm: Any, request: Any) -> RenderedRequest:
+def _render_completion(llm: Any, request: Any, serving: ServingFlags) -> RenderedRequest:
     """As vLLM's OnlineRenderer.render_completion renders a text or token-id prompt."""
     from vllm.renderers.inputs.preprocess import parse_model_prompt, prompt_to_seq
 
@@ -338,7 +340,7 @@ def _render_completion(llm: Any, request: Any) -> RenderedRequest:
     requested = request.max_tokens
     if requested is None:
         requested = COMPLETIONS_DEFAULT_MAX_TOKENS
-    params = request.to_sampling_params(_room(llm, len(prompts[0]), requested), {})
+    params = _served_params(llm, request, _room(llm, len(prompts[0]), requested), serving)
     echo = bool(request.echo)
     echoes = tuple(_completion_echo(request, e) for e in inputs) if echo else ()
     return RenderedRequest(
@@ -363,6 +365,28 @@ def _completion_echo(request: Any, engine_input: Any) -> str:
     if not isinstance(text, str):
         raise RenderError("vLLM's renderer gives no prompt text to echo")
     return text
+
+
+def _served_params(llm: Any, request: Any, max_tokens: int, serving: ServingFlags) -> Any:
+    """The SamplingParams vLLM's server builds from ``request``, checked as its engine
+    checks their logprobs (``SamplingParams._validate_logprobs``) on a server started
+    with ``serving``'s ``--max-logprobs``: this engine's own bound is not the prover's."""
+    from vllm.exceptions import VLLMValidationError
+
+    params = request.to_sampling_params(max_tokens, {})
+    model_config = llm.llm_engine.model_config
+    served: Any = types.SimpleNamespace(
+        max_logprobs=serving.max_logprobs,
+        get_vocab_size=model_config.get_vocab_size,
+        max_model_len=model_config.max_model_len,
+    )
+    try:
+        params._validate_logprobs(served)
+    except VLLMValidationError as exc:
+        raise RenderError(
+            f"vLLM's server refuses the request (--max-logprobs {serving.max_logprobs}): {exc}"
+        ) from exc
+    return params
 
 
 def context_limit(llm: Any) -> int:

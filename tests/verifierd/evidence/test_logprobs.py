@@ -113,6 +113,19 @@ def test_completions_logprobs_are_read_from_their_lists() -> None:
     assert "4 top_logprobs, the request asked for 2" in _finding(claim, chat=False)
 
 
+def test_a_position_listing_more_than_the_server_lists_is_a_problem() -> None:
+    chat = _chat_body(_honest_chat())
+    assert not claimed_logprobs("openai-chat", chat, False, True, most_listed=2)[0].problem
+    problem = claimed_logprobs("openai-chat", chat, False, True, most_listed=1)[0].problem
+    expected = "openai-chat choice 0: entry 0 lists 2 top_logprobs; the server lists at most 1"
+    assert problem == expected
+    logprobs = {"tokens": ["a"], "token_logprobs": [-0.5], "top_logprobs": [{"a": -0.5, "x": -1}]}
+    body = json.dumps({"choices": [{"index": 0, "text": "a", "logprobs": logprobs}]}).encode()
+    assert not claimed_logprobs("openai-completions", body, False, False, 2)[0].problem
+    problem = claimed_logprobs("openai-completions", body, False, False, 1)[0].problem
+    assert "entry 0 lists 2 top_logprobs; the server lists at most 1" in problem
+
+
 def test_another_models_values_fail_with_the_first_position_and_both_values() -> None:
     content = _honest_chat()
     content[1] = _chat_entry("b", -2.4, [("b", -2.4), ("z", -0.2)])

@@ -190,3 +190,16 @@ def test_the_evidence_names_the_prompt_logprobs_entry() -> None:
     assert joined.stated_prompt_positions == 2 and joined.largest == 3.0
     evidence = joined.over(0.01)
     assert evidence is not None and "at prompt_logprobs entry 2 by 3" in evidence
+
+
+def test_a_position_listing_more_than_the_server_lists_is_a_problem() -> None:
+    # STATED's longest position lists 3 tokens: prompt_logprobs 2 on any server with
+    # --max-logprobs 2 or more (most_listed 3).
+    body = _chat(STATED, 1)
+    assert not claimed_prompt_logprobs(body, False, True, [0], most_listed=3)[0].problem
+    problem = claimed_prompt_logprobs(body, False, True, [0], most_listed=2)[0].problem
+    assert problem == "prompt_logprobs: entry 1 lists 3 tokens; the server lists at most 2"
+    # A hostile whole-vocabulary listing is refused at its first position's length.
+    row = {str(i): {"logprob": -1.0, "rank": i + 1} for i in range(5000)}
+    problem = claimed_prompt_logprobs(_chat([None, row], 1), False, True, [0], 21)[0].problem
+    assert "entry 1 lists 5000 tokens; the server lists at most 21" in problem
