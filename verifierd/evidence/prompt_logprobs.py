@@ -18,11 +18,13 @@ token). The prompt's token among the best k is written once, at its first
 place, with its place as rank: k entries; otherwise k + 1, its rank above k.
 Values are clamped at -9999 and taken before any sampling processing.
 
-vLLM writes the field only in a response that is not streamed (its streaming
-request validation refuses ``prompt_logprobs`` above 0, and no stream chunk
-has the field); a stream that states one is read chunk by chunk all the same
-and checked like any other claim. A response that states it for a request
-that never asked for it is a claim mismatch (`unasked`).
+vLLM writes the field only in a response that is not streamed: its streaming
+request validation refuses ``prompt_logprobs`` above 0 (and -1), and none of
+its stream chunk models (``ChatCompletionStreamResponse``,
+``CompletionStreamResponse`` and their choices) has the field, so a stream
+asking for 0 states nothing. A stream that states one is therefore a problem,
+as is a response that states it for a request that never asked for it
+(`unasked`): both are claim mismatches.
 
 `comparable` turns a claim that has vLLM's shape into the echo comparison's
 terms (`verifierd.evidence.logprobs.LogprobsClaim`), naming each token by its
@@ -47,6 +49,8 @@ from verifierd.evidence.logprobs import (
 )
 
 _SNIPPET = 40
+#: The problem of a stream that states prompt logprobs.
+STREAMED = "prompt_logprobs in a stream (vLLM's stream chunks have no such field)"
 
 
 @dataclass(frozen=True)
@@ -83,7 +87,7 @@ def claimed_prompt_logprobs(
 ) -> dict[int, PromptLogprobsClaim]:
     """The ``prompt_logprobs`` each choice index of ``indices`` is stated with (chat:
     the body's, for every choice; completions: each choice's own). Choices the field
-    is absent or ``null`` for claim nothing; a stream's statements are joined in order.
+    is absent or ``null`` for claim nothing; a stream's statements are a problem.
     A position listing more than ``most_listed`` tokens (the server's bound,
     `verifierd.serving_flags.ServingFlags.most_listed`) is a problem, found before
     its entries are read."""
@@ -106,7 +110,9 @@ def claimed_prompt_logprobs(
     out = {}
     for index in indices:
         parts = shared if chat else by_choice.get(index, [])
-        if parts:
+        if parts and streamed:
+            out[index] = PromptLogprobsClaim((), STREAMED)
+        elif parts:
             out[index] = _read(parts, most_listed)
     return out
 

@@ -11,6 +11,7 @@ import pytest
 
 from verifierd.evidence.logprobs import LogprobsComparison, TopEntry
 from verifierd.evidence.prompt_logprobs import (
+    STREAMED,
     PromptLogprobsClaim,
     StatedLogprob,
     claimed_prompt_logprobs,
@@ -58,7 +59,7 @@ def test_chat_states_one_list_for_every_choice() -> None:
     )
 
 
-def test_completions_state_it_per_choice_and_a_stream_is_joined() -> None:
+def test_completions_state_it_per_choice_and_a_stream_that_states_it_is_a_problem() -> None:
     body = {
         "choices": [
             {"index": 0, "text": "", "prompt_logprobs": STATED},
@@ -72,8 +73,12 @@ def test_completions_state_it_per_choice_and_a_stream_is_joined() -> None:
         {"choices": [{"index": 0, "text": "b", "prompt_logprobs": STATED[2:]}]},
     ]
     stream = "".join(f"data: {json.dumps(c)}\n\n" for c in chunks) + "data: [DONE]\n\n"
-    joined = claimed_prompt_logprobs(stream.encode(), True, False, [0])[0]
-    assert joined == claims[0]
+    streamed = claimed_prompt_logprobs(stream.encode(), True, False, [0])[0]
+    assert streamed == PromptLogprobsClaim((), STREAMED)
+    chat_stream = f"data: {json.dumps({'choices': [], 'prompt_logprobs': STATED})}\n\n"
+    assert claimed_prompt_logprobs(chat_stream.encode(), True, True, [0])[0].problem == STREAMED
+    # A stream asking for 0 (the only value vLLM streams) states nothing.
+    assert claimed_prompt_logprobs(b"data: [DONE]\n\n", True, False, [0]) == {}
 
 
 def test_a_field_absent_or_null_claims_nothing() -> None:
