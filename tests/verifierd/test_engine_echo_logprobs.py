@@ -14,24 +14,26 @@ by transformers on CPU and written by the same vLLM code.
 from __future__ import annotations
 
 import json
-import types
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import pytest
-import torch
 
 from tests.conftest import TinyModels
-from tests.verifierd.logprobs_reference import model_logits
+from tests.verifierd.completions_logprobs import (
+    completions_claim,
+    other_prompt_logprobs,
+    server_logprobs,
+)
 from verifierd.calibration import logprobs_tolerance_floor
 from verifierd.difr import SamplingSettings
 from verifierd.engine.backend import EngineBackend, EngineSpec, ScoreRequest, ScoreResult
 from verifierd.engine.logprob_rows import LogprobsSpec
 from verifierd.engine.scoring_job import JobOutcome, JobSpec
 from verifierd.evidence.client_view import COMPLETIONS, ChoiceEvidence
-from verifierd.evidence.logprobs import ClaimedPosition, LogprobsClaim, claimed_logprobs
+from verifierd.evidence.logprobs import ClaimedPosition, LogprobsClaim
 from verifierd.evidence.vllm_views import render_request
 from verifierd.tiny_model import TinyModelSpec
 
@@ -82,31 +84,6 @@ def engine(tiny_models: TinyModels) -> Iterator[Engine]:
     backend.close()
 
 
-def _server_logprobs(
-    backend: EngineBackend, ids: list[int], entries: list[Any], shown: int
-) -> dict[str, Any]:
-    """The ``logprobs`` object vLLM's completions server writes for ``ids``."""
-    from vllm.entrypoints.openai.completion.serving import OpenAIServingCompletion
-
-    server: Any = types.SimpleNamespace(
-        return_tokens_as_token_ids=False,
-        _get_decoded_token=OpenAIServingCompletion._get_decoded_token,
-    )
-    written = OpenAIServingCompletion._create_completion_logprobs(
-        server,
-        token_ids=ids,
-        top_logprobs=entries,
-        num_output_top_logprobs=shown,
-        tokenizer=backend._llm.get_tokenizer(),
-    )
-    return dict(written.model_dump())
-
-
-def _claim(logprobs: dict[str, Any]) -> LogprobsClaim:
-    body = {"choices": [{"index": 0, "text": "", "logprobs": logprobs}]}
-    return claimed_logprobs(COMPLETIONS, json.dumps(body).encode(), False, False)[0]
-
-
 def _answer(
     engine: Engine,
     name: str,
@@ -131,11 +108,11 @@ def _answer(
     prompt_entries = clamp_prompt_logprobs(generated.prompt_logprobs)
     if prompt_logprobs_from is not None:
         computed = body.get("prompt_logprobs", body["logprobs"])
-        prompt_entries = _other_prompt_logprobs(backend, prompt_logprobs_from, prompt, computed)
+        prompt_entries = other_prompt_logprobs(backend, prompt_logprobs_from, prompt, computed)
     shown = body["max_tokens"] > 0
     output = tuple(answer.token_ids) if shown else ()
     entries = [*(prompt_entries or []), *((answer.logprobs or []) if shown else [])]
-    logprobs = _server_logprobs(backend, [*prompt, *output], entries, body["logprobs"])
+    logprobs = server_logprobs(backend, [*prompt, *output], entries, body["logprobs"])
     echo = PROMPT if prompt_ids is None else llm.get_tokenizer().decode(prompt_ids)
     evidence = ChoiceEvidence(
         dialect=COMPLETIONS,
@@ -144,35 +121,12 @@ def _answer(
         text=echo + (answer.text if shown else ""),
         finish_reason=str(answer.finish_reason),
         stop_reason_json="",
-        claimed_logprobs=_claim(logprobs),
+        claimed_logprobs=completions_claim(logprobs),
     )
     sampling = SamplingSettings(
         temperature=float(body["temperature"]), seed=body.get("seed")
     ).effective()
     return Answer(evidence, sampling, prompt, output)
-
-
-def _other_prompt_logprobs(
-    backend: EngineBackend, model_dir: Path, prompt: tuple[int, ...], top: int
-) -> list[Any]:
-    """The prompt logprobs vLLM would state running ``model_dir`` (first entry None)."""
-    from vllm.logprobs import Logprob
-    from vllm.tokenizers.detokenizer_utils import convert_ids_list_to_tokens
-
-    values = torch.log_softmax(model_logits(model_dir, prompt[:1], prompt[1:]), dim=-1)
-    tokenizer = backend._llm.get_tokenizer()
-    entries: list[Any] = [None]
-    for row, token in zip(values, prompt[1:], strict=True):
-        ranked = [int(t) for t in torch.topk(row, top).indices]
-        ids = [token, *ranked]
-        names = convert_ids_list_to_tokens(tokenizer, ids)
-        entries.append(
-            {
-                t: Logprob(float(row[t]), int((row > row[t]).sum()) + 1, n)
-                for t, n in zip(ids, names, strict=True)
-            }
-        )
-    return entries
 
 
 def _score(engine: Engine, answer: Answer, evidence: ChoiceEvidence) -> ScoreResult:

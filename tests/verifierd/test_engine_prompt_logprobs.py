@@ -20,7 +20,11 @@ from typing import Any
 import pytest
 
 from tests.conftest import TinyModels
-from tests.verifierd.test_engine_echo_logprobs import _other_prompt_logprobs
+from tests.verifierd.completions_logprobs import (
+    completions_claim,
+    other_prompt_logprobs,
+    server_logprobs,
+)
 from verifierd.calibration import logprobs_tolerance_floor
 from verifierd.difr import SamplingSettings
 from verifierd.engine.backend import EngineBackend, EngineSpec, ScoreRequest, ScoreResult
@@ -114,7 +118,7 @@ def _answer(engine: Engine, name: str, other_model: bool = False) -> Answer:
     )
     entries = list(clamp_prompt_logprobs(generated.prompt_logprobs) or [])
     if other_model:
-        entries = _other_prompt_logprobs(
+        entries = other_prompt_logprobs(
             engine.backend, engine.other_dir, prompt, rendered.params.prompt_logprobs
         )
     answer = generated.outputs[0]
@@ -122,12 +126,12 @@ def _answer(engine: Engine, name: str, other_model: bool = False) -> Answer:
     claimed_logprobs = None
     if body.get("echo"):
         # The echoed logprobs as vLLM's server writes them (tested on their own elsewhere).
-        from tests.verifierd.test_engine_echo_logprobs import _claim, _server_logprobs
-
         text = PROMPT + answer.text
         joined = [*entries, *(answer.logprobs or [])]
         ids = [*prompt, *answer.token_ids]
-        claimed_logprobs = _claim(_server_logprobs(engine.backend, ids, joined, body["logprobs"]))
+        claimed_logprobs = completions_claim(
+            server_logprobs(engine.backend, ids, joined, body["logprobs"])
+        )
     stated = claimed_prompt_logprobs(_response(dialect, text, entries), False, dialect == CHAT, [0])
     evidence = ChoiceEvidence(
         dialect=dialect,
