@@ -62,15 +62,24 @@ false) gets none. vLLM reads that variable from its environment once per
 process, so the commitment records the prover's and a verifier whose own
 differs refuses every request with tools (`strict_tool_calling_mismatch`).
 
+A tool parser that builds its own tag (``get_structural_tag`` overridden:
+``hy_v4``) is asked for it with vLLM's own override, called on a stand-in for
+the parser instance (`_ParserWithoutState`): the daemon has no tokenizer to
+build a real one with. Where the override decides from the request alone it is
+replayed (``hy_v4`` builds no tag for ``tool_choice`` auto: the request's own
+constraint applies); where it reads the instance (``hy_v4``'s forced calls
+need the checkpoint's token suffix, read off the tokenizer's vocabulary) the
+request stays unreplayed.
+
 Not replayed (the request stays ``sampler_not_reproducible``): structural tags a
-request sends itself, the tag of a tool parser that builds its own
-(``get_structural_tag`` overridden: ``hy_v4``), and a backend other than
-xgrammar or guidance.
+request sends itself, a tag a tool parser builds from its instance's state,
+and a backend other than xgrammar or guidance.
 """
 
 from __future__ import annotations
 
 import importlib.metadata
+import inspect
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -446,16 +455,16 @@ def _structural_tag_params(
         output_format = structured_outputs_to_format(structured_outputs)
     if resolved is None:
         return None
-    if parser_cls.get_structural_tag is not ToolParser.get_structural_tag:
-        raise StructuredOutputError(f"tool parser {serving.tool_call_parser!r} builds its own tag")
-    tag = get_model_structural_tag(
-        model,
-        parsed.tools,
-        # The "auto" tag allows plain text, which the output format's branch covers.
-        "required" if output_format is not None else choice,
-        reasoning=False,
-        strict_level=level,
-    )
+    # The "auto" tag allows plain text, which the output format's branch covers.
+    tag_choice: Any = "required" if output_format is not None else choice
+    if parser_cls.get_structural_tag is ToolParser.get_structural_tag:
+        tag = get_model_structural_tag(
+            model, parsed.tools, tag_choice, reasoning=False, strict_level=level
+        )
+    else:
+        tag = _own_structural_tag(
+            parser_cls, parsed.model_copy(update={"tool_choice": tag_choice}), level
+        )
     if tag is None:
         return None
     if single_call:
@@ -463,6 +472,42 @@ def _structural_tag_params(
     if output_format is not None:
         tag = StructuralTag(format=OrFormat(elements=[tag.format, output_format]))
     return {"structural_tag": json.dumps(tag.model_dump())}
+
+
+class _ParserStateRead(BaseException):
+    """A tool parser's own ``get_structural_tag`` read its instance's state. A
+    BaseException, so the parser's own ``except Exception`` fallbacks (``hy_v4``
+    returns no tag when building one fails) do not turn it into an answer."""
+
+
+class _ParserWithoutState:
+    """Stands in for a tool parser instance, which is built from the committed
+    tokenizer the daemon does not load: the parser class's plain attributes read as
+    the class's (``structural_tag_model``); anything else, what an instance holds or
+    a method it would call on itself, raises `_ParserStateRead`."""
+
+    def __init__(self, parser_cls: type) -> None:
+        self._parser_cls = parser_cls
+
+    def __getattr__(self, name: str) -> Any:
+        value = inspect.getattr_static(self._parser_cls, name, _ParserStateRead)
+        if value is _ParserStateRead or callable(value) or hasattr(value, "__get__"):
+            raise _ParserStateRead(name)
+        return value
+
+
+def _own_structural_tag(parser_cls: Any, request: Any, level: Any) -> Any:
+    """The tag a tool parser's own ``get_structural_tag`` builds for ``request``, or
+    StructuredOutputError where it reads its instance's state."""
+    try:
+        return parser_cls.get_structural_tag(
+            _ParserWithoutState(parser_cls), request, reasoning=False, strict_level=level
+        )
+    except _ParserStateRead as read:
+        raise StructuredOutputError(
+            f"tool parser {parser_cls.__name__} builds its own tag from its instance's "
+            f"{read.args[0]!s} (the tokenizer's), which is not replayed"
+        ) from None
 
 
 def structured_output(

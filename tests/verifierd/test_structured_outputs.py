@@ -316,6 +316,19 @@ AUTO_UNTAGGED: list[tuple[dict[str, Any], str]] = [
 ]
 
 
+class _HyV4Tokenizer:
+    """What hy_v4's tool parser reads of a tokenizer: a vocabulary with its structural
+    tokens, here unsuffixed."""
+
+    def __init__(self) -> None:
+        self.init_kwargs: dict[str, Any] = {}
+
+    def get_vocab(self) -> dict[str, int]:
+        names = ("think", "tool_calls", "tool_call", "arg_key", "arg_value")
+        tokens = [f"<{n}>" for n in names] + [f"</{n}>" for n in names]
+        return {token: i for i, token in enumerate(tokens)}
+
+
 def _vllm_adjusted(request: dict[str, Any], serving: ServingFlags) -> Any:
     """The StructuredOutputsParams vLLM's own parser (``adjust_request``, as its
     server composes it from the flags) leaves on ``request``."""
@@ -335,7 +348,8 @@ def _vllm_adjusted(request: dict[str, Any], serving: ServingFlags) -> Any:
         else ChatCompletionRequest.model_validate({"model": "m", "messages": MESSAGES, **body})
     )
     # Hermes's parser only needs a tokenizer to be given: the constraint reads none.
-    adjusted = parser_cls(object(), parsed.tools).adjust_request(parsed)
+    tokenizer = _HyV4Tokenizer() if serving.tool_call_parser == "hy_v4" else object()
+    adjusted = parser_cls(tokenizer, parsed.tools).adjust_request(parsed)
     return adjusted.extract_structured_outputs()
 
 
@@ -360,6 +374,52 @@ def test_auto_tool_choice_without_strict_tool_calling_keeps_the_requests_constra
     request = {"tools": [STRICT_TOOL], "response_format": AS_JSON}
     assert tool_choice_params(request, lax) == {"json": SCHEMA}
     assert tool_choice_params({"tools": [STRICT_TOOL]}, lax) is None
+
+
+HY_V4 = ServingFlags.of(enable_auto_tool_choice=True, tool_call_parser="hy_v4")
+
+
+@pytest.mark.parametrize(
+    "request_fields",
+    [
+        {"tools": [TOOL]},
+        {"tools": [STRICT_TOOL]},
+        {"tools": [TOOL], "response_format": AS_JSON},
+        {"tools": [TOOL], "parallel_tool_calls": False},
+    ],
+)
+def test_a_parser_building_its_own_tag_is_replayed_where_it_reads_the_request_alone(
+    request_fields: dict[str, Any],
+) -> None:
+    """hy_v4 overrides get_structural_tag: under auto it builds none, so the request's
+    own constraint applies, as on its server."""
+    pytest.importorskip("vllm")
+    from vllm.sampling_params import StructuredOutputsParams
+
+    server = _vllm_adjusted(request_fields, HY_V4)
+    constraint = structured_output(request_fields, ENGINE, HY_V4)
+    assert (
+        None if constraint is None else StructuredOutputsParams(**constraint.params())
+    ) == server
+
+
+@pytest.mark.parametrize(
+    "request_fields",
+    [
+        {"tools": [TOOL], "tool_choice": "required"},
+        {"tools": [TOOL], "tool_choice": {"type": "function", "function": {"name": "f"}}},
+        # Auto beside a format asks the parser for a forced tag to join to it.
+        {"tools": [STRICT_TOOL], "response_format": AS_JSON},
+    ],
+)
+def test_a_tag_built_from_the_parsers_tokenizer_is_not_replayed(
+    request_fields: dict[str, Any],
+) -> None:
+    pytest.importorskip("vllm")
+    server = _vllm_adjusted(request_fields, HY_V4)
+    assert server is not None and server.structural_tag is not None
+    with pytest.raises(StructuredOutputError, match="builds its own tag from its instance's"):
+        structured_output(request_fields, ENGINE, HY_V4)
 
 
 def test_commitments_record_the_backend_and_older_files_keep_their_ids(tmp_path: Path) -> None:
