@@ -13,8 +13,8 @@ from collector import record_bounds, records
 from collector.http.messages import Exchange, ResponseMessage
 from collector.http.sse import SseEvent
 from collector.record_bounds import RECORD_BYTES, STORED_BODY_BYTES
-from tests.collector.dialects.test_openai_dialects import MESSAGES, REGISTRY, sse_response
-from tests.collector.dialects.test_openai_dialects import records as build_records
+from tests.collector.dialects.dialect_records import MESSAGES, REGISTRY, sse_response
+from tests.collector.dialects.dialect_records import records as build_records
 from tests.collector.http.test_http_connection import FLOW
 from tests.openai_traffic import Call, words
 

@@ -9,7 +9,7 @@ from veritap.request_body import PROMPT_KEYS, RequestBodyError, request_body
 from veritap.v1 import record_pb2
 
 from collector.dialects import DIALECTS
-from tests.collector.dialects.test_openai_dialects import records
+from tests.collector.dialects.dialect_records import records
 from tests.openai_traffic import Call, words
 from verifierd.evidence.client_view import choice_evidence
 

@@ -13,8 +13,7 @@ from veritap.v1 import record_pb2
 
 from collector.dialects.tool_call_budget import MAX_TOOL_CALLS
 from collector.records import quality_name
-from tests.collector.dialects.test_openai_dialects import sse_response
-from tests.collector.dialects.test_openai_responses import document, one
+from tests.collector.dialects.dialect_records import document, one, sse_response
 from tests.cpu_bound import budget, cpu_bound
 
 MESSAGES = [{"role": "user", "content": "hi"}]

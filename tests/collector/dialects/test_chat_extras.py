@@ -16,7 +16,7 @@ from veritap.v1 import record_pb2
 
 from collector.dialects.tool_call_budget import MAX_TOOL_CALL_BYTES, MAX_TOOL_CALLS
 from collector.records import quality_name
-from tests.collector.dialects.test_openai_dialects import MESSAGES, records, sse_response
+from tests.collector.dialects.dialect_records import MESSAGES, records, sse_response
 from tests.cpu_bound import budget, cpu_bound
 from tests.openai_traffic import Call, words
 

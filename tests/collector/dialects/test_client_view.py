@@ -13,7 +13,7 @@ from veritap.v1 import record_pb2
 
 from collector.dialects import DialectRegistry
 from collector.dialects.targets import route_path
-from tests.collector.dialects.test_openai_dialects import MESSAGES, records, sse_response
+from tests.collector.dialects.dialect_records import MESSAGES, records, sse_response
 from tests.openai_traffic import Call, words
 
 REGISTRY = DialectRegistry(["openai-chat", "openai-completions"])

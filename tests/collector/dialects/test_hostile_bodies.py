@@ -16,7 +16,7 @@ from collector.dialects.openai_chat import OpenAIChat
 from collector.http.messages import BodyGap, ResponseMessage
 from collector.http.sse import SseEvent
 from collector.records import quality_name
-from tests.collector.dialects.test_openai_dialects import MESSAGES, records, sse_response
+from tests.collector.dialects.dialect_records import MESSAGES, records, sse_response
 from tests.cpu_bound import budget, cpu_bound
 from tests.openai_traffic import Call, words
 

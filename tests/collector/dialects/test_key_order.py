@@ -16,7 +16,7 @@ from veritap.request_body import request_body
 from veritap.v1 import record_pb2
 
 from collector.dialects.json_values import keys_sorted_everywhere, load
-from tests.collector.dialects.test_openai_dialects import MESSAGES, records
+from tests.collector.dialects.dialect_records import MESSAGES, records
 from tests.cpu_bound import budget, cpu_bound
 from tests.openai_traffic import Call, words
 

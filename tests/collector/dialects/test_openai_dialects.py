@@ -7,42 +7,9 @@ import json
 
 from veritap.v1 import record_pb2
 
-from collector.dialects import DialectRegistry
-from collector.http.exchange import Connection, HttpStats
-from collector.http.messages import Exchange
-from collector.http.reader import HttpLimits
-from collector.records import RecordBuilder, quality_name
-from collector.tcp_reassembly import FlowInfo
-from tests.openai_traffic import Call, error_response, sse_chunk, words
-
-FLOW = FlowInfo(6, bytes(15) + b"\x01", 41000, bytes(15) + b"\x02", 8000, (), 0)
-REGISTRY = DialectRegistry(["openai-chat", "openai-completions"])
-MESSAGES = [{"role": "user", "content": "Say hi"}]
-
-
-def records(*pairs: tuple[bytes, bytes]) -> list[record_pb2.InferenceRecord]:
-    exchanges: list[Exchange] = []
-    conn = Connection(FLOW, HttpLimits(), REGISTRY.records, exchanges.append, HttpStats())
-    conn.on_start(0, False, 0)
-    conn.on_start(1, False, 0)
-    ts = 0
-    for request, response in pairs:
-        ts += 10
-        conn.on_data(0, request, ts)
-        ts += 10
-        conn.on_data(1, response, ts)
-    conn.on_close("fin", ts + 1)
-    builder = RecordBuilder("test/origin", REGISTRY)
-    return [builder.build(e) for e in exchanges]
-
-
-def sse_response(events: list[bytes]) -> bytes:
-    """A vLLM-shaped SSE response carrying exactly `events`, one chunk each."""
-    head = (
-        b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream; charset=utf-8\r\n"
-        b"transfer-encoding: chunked\r\n\r\n"
-    )
-    return head + b"".join(sse_chunk(e) for e in events) + b"0\r\n\r\n"
+from collector.records import quality_name
+from tests.collector.dialects.dialect_records import MESSAGES, records, sse_response
+from tests.openai_traffic import Call, error_response, words
 
 
 def test_chat_non_streamed_with_token_ids() -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -12,16 +11,11 @@ from openai._models import construct_type
 from openai.types.responses import Response
 from veritap.v1 import record_pb2
 
-from collector.dialects import DIALECTS, DialectRegistry
 from collector.dialects.tool_call_budget import MAX_TOOL_CALL_BYTES
-from collector.http.exchange import Connection, HttpStats
-from collector.http.messages import Exchange
-from collector.http.reader import HttpLimits
-from collector.records import RecordBuilder, quality_name
-from tests.collector.dialects.test_openai_dialects import FLOW, sse_response
+from collector.records import quality_name
+from tests.collector.dialects.dialect_records import document, events, one
 from tests.cpu_bound import budget, cpu_bound
 
-REGISTRY = DialectRegistry(DIALECTS)
 ARGUMENTS = "response.function_call_arguments.delta"
 REASONING = {
     "id": "rs_1",
@@ -83,35 +77,6 @@ def response_object(output: list[object], status: str = "completed") -> dict[str
             "output_tokens_details": {"reasoning_tokens": 2},
         },
     }
-
-
-def document(body: Mapping[str, object]) -> bytes:
-    data = json.dumps(body).encode()
-    return b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n" % len(data) + data
-
-
-def events(*data: Mapping[str, object]) -> bytes:
-    """An SSE response as vLLM writes it: each event named by its data's type."""
-    return sse_response(
-        [
-            b"event: %s\ndata: %s\n\n" % (str(d["type"]).encode(), json.dumps(d).encode())
-            for d in data
-        ]
-    )
-
-
-def one(request_bytes: bytes, response: bytes) -> record_pb2.InferenceRecord:
-    exchanges: list[Exchange] = []
-    conn = Connection(FLOW, HttpLimits(), REGISTRY.records, exchanges.append, HttpStats())
-    conn.on_start(0, False, 0)
-    conn.on_start(1, False, 0)
-    conn.on_data(0, request_bytes, 10)
-    conn.on_data(1, response, 20)
-    conn.on_close("fin", 30)
-    (exchange,) = exchanges
-    record = RecordBuilder("test/origin", REGISTRY).build(exchange)
-    record.SerializeToString()
-    return record
 
 
 def calls_of(choice: record_pb2.Choice) -> list[tuple[str, str, str, str]]:

@@ -20,7 +20,7 @@ from veritap.v1 import record_pb2
 
 from collector.cli import main
 from collector.log.export import jsonl_lines
-from tests.collector.dialects.test_openai_dialects import records, sse_response
+from tests.collector.dialects.dialect_records import records, sse_response
 from tests.collector.log.log_fixtures import ORIGIN, lone_envelope, open_log
 from tests.openai_traffic import Call, error_response, words
 

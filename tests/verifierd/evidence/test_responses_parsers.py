@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from collector.records import quality_name
-from tests.collector.dialects.test_openai_responses import document, events, one
+from tests.collector.dialects.dialect_records import document, events, one
 from tests.verifierd.evidence.online_renderer import online_renderer
 from tests.verifierd.evidence.test_tool_calls import (
     HERMES_CALL,
