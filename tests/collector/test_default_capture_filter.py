@@ -18,7 +18,7 @@ import yaml
 from collector.capture.frame_filter import FrameFilter
 from collector.cli import main
 from collector.config import DEFAULT_FILTER
-from tests.collector.capture.test_ip_fragments import fragments
+from tests.collector.capture.fragment_frames import fragments
 from tests.openai_traffic import Call, words
 from tests.pcapgen import ACK, Conversation, Packet, frame, merged_frames, write_frames
 

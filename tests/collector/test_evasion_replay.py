@@ -20,7 +20,7 @@ from veritap.v1 import record_pb2
 from collector.cli import main
 from collector.config import CollectorConfig
 from collector.pipeline import CapturePipeline
-from tests.collector.capture.test_ip_fragments import _v4_fragment
+from tests.collector.capture.fragment_frames import v4_fragment
 from tests.collector.test_capture_replay import Capture, by_model, chat, sha
 from tests.pcapgen import (
     ACK,
@@ -64,7 +64,7 @@ def fragmented(conv: Conversation, packet: Packet, size: int = 400) -> list[byte
     ip = tcp_ip_bytes(conv, packet)
     body = ip[20:]
     cuts = range(0, len(body), size)
-    return [link + _v4_fragment(ip, at, body[at : at + size], at + size < len(body)) for at in cuts]
+    return [link + v4_fragment(ip, at, body[at : at + size], at + size < len(body)) for at in cuts]
 
 
 def forged(packet: Packet) -> Packet:

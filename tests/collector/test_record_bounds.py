@@ -15,7 +15,7 @@ from collector.http.sse import SseEvent
 from collector.record_bounds import RECORD_BYTES, STORED_BODY_BYTES
 from tests.collector.dialects.dialect_records import MESSAGES, REGISTRY, sse_response
 from tests.collector.dialects.dialect_records import records as build_records
-from tests.collector.http.test_http_connection import FLOW
+from tests.collector.http.http_wire import FLOW
 from tests.openai_traffic import Call, words
 
 Q = record_pb2.CaptureQuality

@@ -16,8 +16,8 @@ from collector.tcp_reassembly import (
     ReassemblyLimits,
     StreamAmbiguity,
 )
+from tests.collector.reassembly_runs import run, seg
 from tests.collector.stream_recorder import Recorders
-from tests.collector.test_tcp_reassembly import run, seg
 from tests.cpu_bound import cpu_bound
 from tests.pcapgen import ACK, CLIENT, FIN, RST, SERVER, Conversation, Packet, retimed
 

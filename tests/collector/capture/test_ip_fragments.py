@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import struct
 from pathlib import Path
 
 import pytest
@@ -15,46 +14,12 @@ from collector.capture.fragments import FragmentLimits
 from collector.capture.linktypes import DLT_RAW
 from collector.config import load_config
 from collector.pipeline import CapturePipeline
+from tests.collector.capture.fragment_frames import PAYLOAD, datagram, fragments, v4_fragment
 from tests.cpu_bound import cpu_bound
-from tests.pcapgen import Conversation, Packet, tcp_ip_bytes
+from tests.pcapgen import Conversation
 
-PAYLOAD = bytes(range(256)) * 12 + b"tail"
 V4 = Conversation()
 V6 = Conversation(client=("fd00::1", 5555), server=("fd00::2", 8000))
-
-
-def _datagram(conv: Conversation, payload: bytes = PAYLOAD) -> bytes:
-    return tcp_ip_bytes(conv, Packet(1.0, 0, 1234, 99, 0x18, payload))
-
-
-def _v4_fragment(ip: bytes, offset: int, piece: bytes, more: bool, ttl: int = 64) -> bytes:
-    header = bytearray(ip[:20])
-    struct.pack_into("!HHH", header, 2, 20 + len(piece), 0x4242, (offset // 8) | (more << 13))
-    header[8] = ttl
-    struct.pack_into("!H", header, 10, 0)
-    total = sum(struct.unpack("!10H", header))
-    while total > 0xFFFF:
-        total = (total & 0xFFFF) + (total >> 16)
-    struct.pack_into("!H", header, 10, ~total & 0xFFFF)
-    return bytes(header) + piece
-
-
-def _v6_fragment(ip: bytes, offset: int, piece: bytes, more: bool, ttl: int = 64) -> bytes:
-    header = bytearray(ip[:40])
-    struct.pack_into("!H", header, 4, 8 + len(piece))
-    header[6] = 44
-    header[7] = ttl
-    return bytes(header) + struct.pack("!BBHI", 6, 0, offset | more, 0x42424242) + piece
-
-
-def fragments(conv: Conversation, size: int, payload: bytes = PAYLOAD) -> list[bytes]:
-    """The datagram carrying `payload` cut into fragments of `size` bytes (a multiple of 8)."""
-    ip = _datagram(conv, payload)
-    header = 20 if ip[0] >> 4 == 4 else 40
-    body = ip[header:]
-    build = _v4_fragment if header == 20 else _v6_fragment
-    cuts = range(0, len(body), size)
-    return [build(ip, at, body[at : at + size], at + size < len(body)) for at in cuts]
 
 
 def decode_all(frames: list[bytes], limits: FragmentLimits | None = None) -> list[TcpSegment]:
@@ -96,12 +61,12 @@ def test_an_overlap_with_other_bytes_drops_the_datagram() -> None:
 
 
 def test_a_partial_overlap_drops_the_datagram() -> None:
-    ip = _datagram(V4)
+    ip = datagram(V4)
     body = ip[20:]
     frames = [
-        _v4_fragment(ip, 0, body[:512], True),
-        _v4_fragment(ip, 256, body[256:768], True),
-        _v4_fragment(ip, 512, body[512:], False),
+        v4_fragment(ip, 0, body[:512], True),
+        v4_fragment(ip, 256, body[256:768], True),
+        v4_fragment(ip, 512, body[512:], False),
     ]
     decoder = FrameDecoder(DLT_RAW)
     assert [decoder.decode(0, f) for f in frames] == [None, None, None]
@@ -109,9 +74,9 @@ def test_a_partial_overlap_drops_the_datagram() -> None:
 
 
 def test_a_fragment_with_another_ttl_drops_the_datagram() -> None:
-    ip = _datagram(V4)
+    ip = datagram(V4)
     body = ip[20:]
-    frames = [_v4_fragment(ip, 0, body[:512], True), _v4_fragment(ip, 512, body[512:], False, 3)]
+    frames = [v4_fragment(ip, 0, body[:512], True), v4_fragment(ip, 512, body[512:], False, 3)]
     decoder = FrameDecoder(DLT_RAW)
     assert [decoder.decode(0, f) for f in frames] == [None, None]
     assert decoder.stats.fragment_conflicts == 1
@@ -140,9 +105,9 @@ def test_memory_caps_evict_the_oldest_datagram_and_bound_its_pieces() -> None:
 
 
 def test_a_non_final_fragment_whose_length_is_not_a_multiple_of_8_is_malformed() -> None:
-    ip = _datagram(V4)
+    ip = datagram(V4)
     decoder = FrameDecoder(DLT_RAW)
-    assert decoder.decode(0, _v4_fragment(ip, 0, ip[20:31], True)) is None
+    assert decoder.decode(0, v4_fragment(ip, 0, ip[20:31], True)) is None
     assert decoder.stats.malformed == 1
 
 

@@ -17,11 +17,9 @@ from collector.config import load_config
 from collector.http.exchange import Connection, HttpStats
 from collector.http.messages import Exchange, LateAmbiguity, ProblemKind
 from collector.http.reader import HttpLimits
-from collector.tcp_reassembly import CLIENT_TO_SERVER, SERVER_TO_CLIENT, FlowInfo, StreamAmbiguity
+from collector.tcp_reassembly import StreamAmbiguity
+from tests.collector.http.http_wire import FLOW, SSE_HEAD, C, S, chunked, req, resp
 from tests.cpu_bound import budget, cpu_bound
-
-FLOW = FlowInfo(4, b"\x0a\x00\x00\x01", 40000, b"\x0a\x00\x00\x02", 8000, (), 0)
-C, S = CLIENT_TO_SERVER, SERVER_TO_CLIENT
 
 
 class Harness:
@@ -58,33 +56,6 @@ class Harness:
         self.conn.on_end(S, reason, self.ts)
         self.conn.on_close(reason, self.ts)
         return self.exchanges
-
-
-def req(body: bytes = b'{"model":"m"}', path: str = "/v1/completions", extra: str = "") -> bytes:
-    return (
-        f"POST {path} HTTP/1.1\r\nHost: h\r\nContent-Type: application/json\r\n{extra}"
-        f"Content-Length: {len(body)}\r\n\r\n"
-    ).encode() + body
-
-
-def resp(body: bytes = b'{"ok":1}', status: str = "200 OK", extra: str = "") -> bytes:
-    return (
-        f"HTTP/1.1 {status}\r\nContent-Type: application/json\r\n{extra}"
-        f"Content-Length: {len(body)}\r\n\r\n"
-    ).encode() + body
-
-
-def chunked(parts: Sequence[bytes], *, ext: bool = False, trailers: bytes = b"") -> bytes:
-    out = b""
-    for i, part in enumerate(parts):
-        out += f"{len(part):x}".encode() + (b";n=%d" % i if ext else b"") + b"\r\n" + part + b"\r\n"
-    return out + b"0\r\n" + trailers + b"\r\n"
-
-
-SSE_HEAD = (
-    b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream; charset=utf-8\r\n"
-    b"transfer-encoding: chunked\r\n\r\n"
-)
 
 
 def sse_events(n: int) -> list[bytes]:

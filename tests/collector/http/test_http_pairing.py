@@ -18,7 +18,7 @@ from collector.config import CollectorConfig, load_config
 from collector.http.exchange import Connection, HttpStats
 from collector.http.messages import Exchange, ProblemKind
 from collector.http.reader import HttpLimits
-from tests.collector.http.test_http_connection import FLOW, SSE_HEAD, C, S, chunked, req, resp
+from tests.collector.http.http_wire import FLOW, SSE_HEAD, C, S, chunked, req, resp
 from tests.cpu_bound import budget, cpu_bound
 
 MS = 1_000_000
