@@ -9,14 +9,13 @@ and the response that answers it; the TAP skew case must pair cleanly.
 from __future__ import annotations
 
 import hashlib
-import json
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from collector.cli import main
-from tests.openai_traffic import Call, words
+from tests.collector.pairing_calls import body_of, call, replay
+from tests.openai_traffic import Call
 from tests.pcapgen import CLIENT, SERVER, Conversation, Packet, write_pcap
 
 EXCHANGES = 1000
@@ -25,28 +24,6 @@ DROPPED = 500
 
 def sha(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
-
-
-def call(i: int, *, stream: bool) -> Call:
-    return Call(
-        "/v1/chat/completions",
-        f"model-{i}",
-        [{"role": "user", "content": f"question {i}"}],
-        {"temperature": 0.0, "seed": i, "stream": stream},
-        [words(3, seed=i)],
-        response_id=f"chatcmpl-{i}",
-    )
-
-
-def body_of(c: Call) -> bytes:
-    return b"".join(c.sse_events()) if c.stream else c.response_json()
-
-
-def replay(capsys: pytest.CaptureFixture[str], pcap: Path, log: Path) -> list[dict[str, object]]:
-    assert main(["replay", str(pcap), "--log", str(log), "--origin", "test.local/c"]) == 0
-    capsys.readouterr()
-    assert main(["log", "export", str(log), "--format", "jsonl"]) == 0
-    return [json.loads(line) for line in capsys.readouterr().out.splitlines()]
 
 
 def keep_alive_with_a_dropped_head(stream: bool) -> tuple[Conversation, list[Packet], list[Call]]:

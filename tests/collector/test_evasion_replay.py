@@ -21,7 +21,8 @@ from collector.cli import main
 from collector.config import CollectorConfig
 from collector.pipeline import CapturePipeline
 from tests.collector.capture.fragment_frames import v4_fragment
-from tests.collector.test_capture_replay import Capture, by_model, chat, sha
+from tests.collector.capture_scenarios import Capture, by_model, chat, sha
+from tests.collector.late_copies import forged, late_copy_of_a_written_answer
 from tests.pcapgen import (
     ACK,
     CLIENT,
@@ -65,11 +66,6 @@ def fragmented(conv: Conversation, packet: Packet, size: int = 400) -> list[byte
     body = ip[20:]
     cuts = range(0, len(body), size)
     return [link + v4_fragment(ip, at, body[at : at + size], at + size < len(body)) for at in cuts]
-
-
-def forged(packet: Packet) -> Packet:
-    """The same segment with other bytes (same length)."""
-    return replace(packet, payload=packet.payload.replace(b"e", b"E"), ts=packet.ts - 0.00001)
 
 
 class HostileCapture(Capture):
@@ -248,23 +244,8 @@ def test_a_late_differing_copy_of_a_request_marks_that_request_not_the_next() ->
     assert two.quality == record_pb2.CAPTURE_QUALITY_COMPLETE and not two.ambiguities
 
 
-def _late_copy_of_a_written_answer() -> tuple[Conversation, list[Packet], Packet, Packet]:
-    """Two keep-alive exchanges; a differing copy of the first answer's segment arrives
-    with the second request, after the first record was written. Also returns the
-    answer's segment and its copy."""
-    first, second = chat("first", 30), chat("second", 30)
-    conv = Conversation().handshake()
-    conv.send(CLIENT, first.request())
-    (answer,) = conv.send(SERVER, first.response())
-    (request,) = conv.send(CLIENT, second.request())
-    conv.send(SERVER, second.response())
-    conv.close()
-    late = replace(forged(answer), ts=request.ts + 0.00001)
-    return conv, sorted([*conv.packets, late], key=lambda p: p.ts), answer, late
-
-
 def test_a_differing_copy_after_its_record_was_written_is_an_amendment_naming_it() -> None:
-    conv, packets, answer, late = _late_copy_of_a_written_answer()
+    conv, packets, answer, late = late_copy_of_a_written_answer()
     one, amendment, two = _records_of(conv, packets, late=1)
     assert one.quality == two.quality == record_pb2.CAPTURE_QUALITY_COMPLETE
     assert amendment.quality == record_pb2.CAPTURE_QUALITY_AMBIGUOUS
@@ -285,7 +266,7 @@ def test_a_differing_copy_after_its_record_was_written_is_an_amendment_naming_it
 def test_a_late_differing_copy_is_visible_in_the_replay_summary_and_the_exported_log(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    conv, packets, answer, _late = _late_copy_of_a_written_answer()
+    conv, packets, answer, _late = late_copy_of_a_written_answer()
     pcap = write_frames(tmp_path / "late.pcap", [(p.ts, frame(conv, p)) for p in packets])
     log = tmp_path / "log"
     assert main(["replay", str(pcap), "--log", str(log), "--origin", "test.local/c"]) == 0

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.collector.test_capture_pairing import body_of, call, replay
+from tests.collector.pairing_calls import body_of, call, replay
 from tests.openai_traffic import Call
 from tests.pcapgen import CLIENT, SERVER, Conversation, Packet, write_pcap
 

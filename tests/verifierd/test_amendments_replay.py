@@ -22,7 +22,7 @@ from veritap.v1 import verifier_pb2, verifier_pb2_grpc
 
 from collector.cli import main as collector_main
 from collector.log import Log
-from tests.collector.test_evasion_replay import _late_copy_of_a_written_answer
+from tests.collector.late_copies import late_copy_of_a_written_answer
 from tests.ledger_fixtures import ORIGIN
 from tests.pcapgen import frame, write_frames
 from tests.polling import wait_for
@@ -97,7 +97,7 @@ class Verifierd:
 async def replayed_into(tmp_path: Path, *, models: tuple[str, ...] = ()) -> Verifierd:
     """The capture replayed into a collector log, served, and stored by verifierd's
     intake subscribed to ``models`` (all when empty); nothing judged yet."""
-    conv, packets, _answer, _late = _late_copy_of_a_written_answer()
+    conv, packets, _answer, _late = late_copy_of_a_written_answer()
     pcap = write_frames(tmp_path / "late.pcap", [(p.ts, frame(conv, p)) for p in packets])
     log_dir = tmp_path / "log"
     assert collector_main(["replay", str(pcap), "--log", str(log_dir), "--origin", ORIGIN]) == 0
