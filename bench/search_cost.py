@@ -107,6 +107,7 @@ def measure(
 @dataclass(frozen=True)
 class Row:
     dtype: str
+    responses: int
     with_ids: Cost
     from_text: Cost
     #: Responses whose generated ids the search found (no finding).
@@ -148,6 +149,7 @@ def measure_dtype(
     restarts = sorted(f.restarts for f in found)
     return Row(
         engine.dtype,
+        len(honest),
         median_cost(with_ids),
         median_cost(from_text),
         exact,
@@ -228,11 +230,16 @@ def main() -> int:
     rows = []
     for dtype in args.dtypes.split(","):
         honest = [r for r in responses if r.case == f"honest-{dtype}"][: args.responses]
-        if honest and args.ids_blocks:
+        if not honest:
+            parser.error(
+                f"{args.workdir} holds no honest {dtype} responses "
+                "(bench/detection.py made it without that dtype)"
+            )
+        if args.ids_blocks:
             blocks = [None if b == "default" else int(b) for b in args.ids_blocks.split(",")]
             engines = [EngineSpec(model_dir, dtype, tokens + 64, kv_block_size=b) for b in blocks]
             print_ids_blocks(model, dtype, blocks, measure_ids_blocks(engines, honest, args.rounds))
-        elif honest:
+        else:
             engine = EngineSpec(
                 model_dir=model_dir,
                 dtype=dtype,
@@ -255,7 +262,7 @@ def main() -> int:
         positions, rows_r, passes, calls, wall = text_cost.ratio(ids_cost)
         worst = max(worst, positions, rows_r)
         print(
-            f"| {model} | {row.dtype} | {block} | {args.responses} | {row.exact} "
+            f"| {model} | {row.dtype} | {block} | {row.responses} | {row.exact} "
             f"| {row.restarts_median} "
             f"| {positions:.2f}x ({text_cost.positions} / {ids_cost.positions}) "
             f"| {rows_r:.2f}x ({text_cost.rows} / {ids_cost.rows}) "
