@@ -174,15 +174,36 @@ class SseParser:
         self._partial_len = 0
         event_ts = max(self._event_ts, ts_ns)
         data_lines = self._data
-        for index in range(first, len(lines)):
-            line = lines[index]
+        events = self.events
+        room = self._max_events - len(events)
+        for line in lines[first:] if first else lines:
             if not line:
-                if data_lines or self._dropping:
+                if not data_lines and not self._dropping:
+                    self._event = b""
+                elif room > 0 and not self._dropping and not self._event:
+                    # `_dispatch` inline for the common event: unnamed, kept.
+                    events.append(
+                        _new_event(
+                            SseEvent,
+                            (
+                                event_ts,
+                                "",
+                                (
+                                    data_lines[0]
+                                    if len(data_lines) == 1
+                                    else b"\n".join(data_lines)
+                                ).decode("utf-8", "replace"),
+                                self._last_id,
+                            ),
+                        )
+                    )
+                    room -= 1
+                    data_lines = self._data = []
+                else:
                     self._event_ts = event_ts
                     self._dispatch()
                     data_lines = self._data
-                else:
-                    self._event = b""
+                    room = self._max_events - len(events)
                 event_ts = ts_ns
             elif line[:5] == b"data:":
                 data_lines.append(line[6:] if line[5:6] == b" " else line[5:])
