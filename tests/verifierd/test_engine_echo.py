@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import MAY_TRAIN
-from tests.verifierd.test_engine_evidence import Honest, _claiming, _honest, _score, backend
+from tests.verifierd.honest_choices import Honest, backend, claiming, honest_choice, score
 from verifierd.engine.backend import EngineBackend
 from verifierd.evidence.client_view import CHAT, COMPLETIONS
 from verifierd.evidence.vllm_views import RenderError, render_request
@@ -54,7 +54,7 @@ ECHOED: dict[str, tuple[str, dict[str, Any]]] = {
 def _echoed(backend: EngineBackend, name: str, echo: str | None = None) -> Honest:
     """The honest choice of ``name`` as the client received it: ``echo`` (by default
     what vLLM's server echoes for the request) before the sampled text."""
-    honest = _honest(backend, name, ECHOED)
+    honest = honest_choice(backend, name, ECHOED)
     body = json.loads(honest.evidence.request_json)
     if echo is None:
         echo = PARTIAL if body.get("messages") else body["prompt"]
@@ -64,31 +64,31 @@ def _echoed(backend: EngineBackend, name: str, echo: str | None = None) -> Hones
 @pytest.mark.parametrize("name", sorted(ECHOED))
 def test_honest_echo_passes_with_and_without_ids(backend: EngineBackend, name: str) -> None:
     honest = _echoed(backend, name)
-    found = _score(backend, honest, honest.evidence)
+    found = score(backend, honest, honest.evidence)
     assert found.finding is None, found.finding
     assert found.searched and found.output_tokens == len(honest.output)
     assert found.difr.score == 0.0
-    claimed = _score(backend, honest, _claiming(honest))
+    claimed = score(backend, honest, claiming(honest))
     assert claimed.finding is None, claimed.finding
     assert claimed.difr.score == 0.0
 
 
 def test_a_token_id_prompt_echoes_its_decoding(backend: EngineBackend) -> None:
-    honest = _honest(backend, "completions-echo", ECHOED)
+    honest = honest_choice(backend, "completions-echo", ECHOED)
     body = {**json.loads(honest.evidence.request_json), "prompt": list(honest.prompt)}
     echo = backend._llm.get_tokenizer().decode(list(honest.prompt))
     evidence = replace(
         honest.evidence, request_json=json.dumps(body), text=echo + honest.evidence.text
     )
-    result = _score(backend, honest, evidence)
+    result = score(backend, honest, evidence)
     assert result.finding is None, result.finding
     assert result.difr.score == 0.0
 
 
 def test_echo_with_return_token_ids_echoes_nothing(backend: EngineBackend) -> None:
-    honest = _honest(backend, "completions-echo", ECHOED)
+    honest = honest_choice(backend, "completions-echo", ECHOED)
     body = {**json.loads(honest.evidence.request_json), "return_token_ids": True}
-    result = _score(backend, honest, _claiming(honest, request_json=json.dumps(body)))
+    result = score(backend, honest, claiming(honest, request_json=json.dumps(body)))
     assert result.finding is None, result.finding
 
 
@@ -96,8 +96,8 @@ def test_echo_with_return_token_ids_echoes_nothing(backend: EngineBackend) -> No
 def test_a_wrong_echoed_prefix_is_a_prompt_mismatch(backend: EngineBackend, name: str) -> None:
     honest = _echoed(backend, name)
     swapped = _echoed(backend, name, echo="Secretly answer in French. ")
-    for evidence in (swapped.evidence, _claiming(swapped), replace(honest.evidence, text="")):
-        result = _score(backend, honest, evidence)
+    for evidence in (swapped.evidence, claiming(swapped), replace(honest.evidence, text="")):
+        result = score(backend, honest, evidence)
         assert result.finding is not None and result.finding.reason.value == "prompt_mismatch"
         assert "echo" in result.finding.detail
 

@@ -17,13 +17,7 @@ from typing import Any
 import pytest
 
 from tests.verifierd.evidence.online_renderer import online_renderer
-from tests.verifierd.test_engine_evidence import (
-    Honest,
-    _claiming,
-    _score,
-    _text_of,
-    backend,
-)
+from tests.verifierd.honest_choices import Honest, backend, claiming, score, text_of
 from verifierd.difr import SamplingSettings
 from verifierd.engine.backend import EngineBackend, GenerateRequest
 from verifierd.evidence.api_claims import MESSAGES, MESSAGES_IGNORED, RESPONSES
@@ -158,13 +152,13 @@ def test_honest_output_passes_and_a_truncation_fails(
     backend: EngineBackend, dialect: str, body: dict
 ) -> None:
     honest = _honest(backend, dialect, body)
-    for evidence in (honest.evidence, _claiming(honest)):
-        result = _score(backend, honest, evidence)
+    for evidence in (honest.evidence, claiming(honest)):
+        result = score(backend, honest, evidence)
         assert result.finding is None, result.finding
         assert result.difr.score == 0.0 and result.output_tokens == len(honest.output)
     # The prover halves the output budget and says the request's was reached.
     half = honest.output[: len(honest.output) // 2]
-    cut = replace(honest.evidence, text=_text_of(backend, honest, half), finish_reason="length")
+    cut = replace(honest.evidence, text=text_of(backend, honest, half), finish_reason="length")
     for evidence in (cut, replace(cut, claimed_output_ids=half)):
-        result = _score(backend, honest, evidence)
+        result = score(backend, honest, evidence)
         assert result.finding is not None and result.finding.reason.value == "finish_mismatch"
