@@ -9,19 +9,16 @@ while the collector is away.
 from __future__ import annotations
 
 import time
-from pathlib import Path
-from typing import Any
 
 import pytest
-from textual.notifications import SeverityLevel
 from textual.widgets import Static
 from veritap.v1 import ledger_pb2
 
-import tui.app
 from tests.recorded_traffic import ORIGIN
 from tests.service_pki import ADMIN_SUBJECT
 from tests.tui.daemons import Daemons
 from tests.tui.pilot_waits import loaded, shown_text, until
+from tests.tui.recording_console import RecordingConsole, notified
 from tui.app import VeritapConsole
 from tui.screens.clear_alert import ClearAlertScreen
 from tui.widgets.keyed_table import KeyedTable
@@ -52,33 +49,6 @@ async def stop_intake_by_an_alert(daemons: Daemons) -> None:
 def intake_states(app: VeritapConsole) -> list[str]:
     table = app.screen.query_one("#collectors", KeyedTable)
     return [str(table.get_row_at(i)[-1]) for i in range(table.row_count)]
-
-
-class RecordingConsole(VeritapConsole):
-    """The console, keeping every notification it shows as (title, message)."""
-
-    # Textual reads a relative CSS_PATH beside the subclass's module.
-    CSS_PATH = str(Path(tui.app.__file__).with_name("console.tcss"))
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.notifications: list[tuple[str, str]] = []
-
-    def notify(
-        self,
-        message: str,
-        *,
-        title: str = "",
-        severity: SeverityLevel = "information",
-        timeout: float | None = None,
-        markup: bool = True,
-    ) -> None:
-        self.notifications.append((title, message))
-        super().notify(message, title=title, severity=severity, timeout=timeout, markup=markup)
-
-
-def notified(app: RecordingConsole, title: str) -> list[str]:
-    return [message for shown, message in app.notifications if shown.startswith(title)]
 
 
 async def test_the_admin_sees_the_evidence_and_clears_the_alert(daemons: Daemons) -> None:

@@ -10,7 +10,7 @@ from textual.widgets import Sparkline, Static
 
 from tests.tui.daemons import DISHONEST_PROVER, HONEST_PROVER, Daemons
 from tests.tui.pilot_waits import loaded, shown_text, until
-from tests.tui.test_intake_alert import RecordingConsole, notified
+from tests.tui.recording_console import RecordingConsole, notified
 from tests.verifierd.provers.prover_fixtures import dishonest, honest, unverifiable
 from tui.app import VeritapConsole
 from tui.screens.clear_alert import ClearWithReasonScreen
