@@ -16,9 +16,10 @@ from pathlib import Path
 import pytest
 from veritap.v1 import record_pb2, verifier_pb2
 
+from tests.verifierd.amendment_records import ORIGIN, amendment
 from tests.verifierd.engine_doubles import FACTORY
+from tests.verifierd.pipeline_rig import Rig, make_rig
 from tests.verifierd.record_fixtures import Exchange, ingest, pinned
-from tests.verifierd.test_pipeline import Rig, make_rig
 from verifierd.commitments import CommitmentRegistry
 from verifierd.config import parse_config
 from verifierd.pipeline import Pipeline
@@ -28,18 +29,6 @@ from verifierd.verdicts import check_signed_verdict, sign_verdict
 PASS = verifier_pb2.VERDICT_STATUS_PASS
 FAIL = verifier_pb2.VERDICT_STATUS_FAIL
 UNVERIFIABLE = verifier_pb2.VERDICT_STATUS_UNVERIFIABLE
-ORIGIN = "edge"
-
-
-def amendment(record_id: str, *amended: str) -> record_pb2.InferenceRecord:
-    """An amendment record as the collector writes one (no exchange of its own)."""
-    return record_pb2.InferenceRecord(
-        record_id=record_id,
-        origin=ORIGIN,
-        quality=record_pb2.CAPTURE_QUALITY_AMBIGUOUS,
-        quality_reason=f"late ambiguity: response stream bytes 0..100 of record {amended[0]}",
-        amends_record_ids=list(amended),
-    )
 
 
 @pytest.fixture

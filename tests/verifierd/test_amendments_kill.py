@@ -22,11 +22,11 @@ import pytest
 from veritap.signing import Signer, Verifier
 from veritap.v1 import verifier_pb2
 
+from tests.verifierd.amendment_records import amendment
 from tests.verifierd.commitment_fixtures import commit, make_model_dir
 from tests.verifierd.engine_doubles import FACTORY
 from tests.verifierd.provers.prover_fixtures import counts
 from tests.verifierd.record_fixtures import COLLECTOR, Exchange, ingest
-from tests.verifierd.test_amendments import amendment
 from verifierd.commitments import CommitmentRegistry, DifrSettings, write_commitment
 from verifierd.config import Config, parse_config
 from verifierd.engine.pool import EnginePool

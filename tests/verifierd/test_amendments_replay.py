@@ -29,7 +29,7 @@ from tests.polling import wait_for
 from tests.service_pki import ADMIN_CN, write_service_pki
 from tests.verifierd.commitment_fixtures import commit, make_model_dir
 from tests.verifierd.engine_doubles import FACTORY
-from tests.verifierd.test_intake import Pair
+from tests.verifierd.intake_pair import Pair
 from verifierd.api import ServiceSettings, start_verifier_service
 from verifierd.commitments import CommitmentRegistry, DifrSettings, write_commitment
 from verifierd.config import Config, EnginesConfig, SchedulerConfig

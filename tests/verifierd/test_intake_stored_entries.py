@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 from veritap.envelope import encode_envelope, entry_hash
 from veritap.signing import Signer
-from veritap.v1 import ledger_pb2
+from veritap.v1 import ledger_pb2, verifier_pb2
 
+from tests.verifierd.pipeline_rig import Rig, make_rig
 from tests.verifierd.record_fixtures import (
     COLLECTOR,
     Exchange,
@@ -23,10 +24,12 @@ from tests.verifierd.record_fixtures import (
     pinned,
     signed_checkpoint,
 )
-from tests.verifierd.test_pipeline import PASS, UNVERIFIABLE, Rig, make_rig
 from verifierd.config import parse_config
 from verifierd.intake.stored_entries import StoredEntryAuthenticator
 from verifierd.store import Store, ekey
+
+PASS = verifier_pb2.VERDICT_STATUS_PASS
+UNVERIFIABLE = verifier_pb2.VERDICT_STATUS_UNVERIFIABLE
 
 _PUT_ENTRY = """
 import sys, lmdb

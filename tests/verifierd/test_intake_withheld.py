@@ -24,7 +24,7 @@ from collector.ledger.server import start_ledger_service
 from collector.log import Log
 from tests.ledger_fixtures import ORIGIN, make_record, open_log
 from tests.polling import wait_for
-from tests.verifierd.test_intake import Pair
+from tests.verifierd.intake_pair import Pair
 from verifierd.intake import Intake
 from verifierd.intake import link as intake_link
 from verifierd.metrics import VerifierMetrics
